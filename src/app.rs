@@ -1,0 +1,104 @@
+//! The edge: parse, set up logging, run a command, and make sure that on every way out —
+//! success, error, panic, Ctrl-C, SIGTERM — no sandbox container is left behind.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::{Cli, Command};
+use crate::config::UsageError;
+use crate::sandbox::remove_live_containers;
+
+/// Exit status when agentbox itself fails (not the command or the agent): Docker's `run`
+/// uses 125 for the same thing.
+pub const EXIT_AGENTBOX_ERROR: u8 = 125;
+pub const EXIT_USAGE: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentbox: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_AGENTBOX_ERROR);
+        }
+    };
+    let code = runtime.block_on(run_with_cleanup(cli));
+    // Anything still running (a stuck Docker call) must not delay the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    ExitCode::from(code)
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "agentbox=warn",
+        1 => "agentbox=debug",
+        _ => "agentbox=trace,bollard=debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+async fn run_with_cleanup(cli: Cli) -> u8 {
+    let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let error_code = error_code_for(&cli.command);
+    let mut task = tokio::spawn(dispatch(cli.command));
+    let code = tokio::select! {
+        joined = &mut task => match joined {
+            Ok(Ok(code)) => code,
+            Ok(Err(err)) => report_error(&err, error_code),
+            Err(join) if join.is_panic() => {
+                eprintln!("agentbox: internal error (panic); removing the sandbox");
+                101
+            }
+            Err(_) => error_code,
+        },
+        _ = sigint.recv() => interrupted(&mut task, "SIGINT", 130).await,
+        _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
+    };
+    remove_live_containers().await;
+    code
+}
+
+async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, name: &str, code: u8) -> u8 {
+    eprintln!("\nagentbox: {name} received; stopping and removing the sandbox");
+    // Dropping the command's future drops its sandbox: the keep-alive connection closes and the
+    // explicit removal after this makes it certain. Edits are atomic renames, so a file is
+    // either edited or not.
+    task.abort();
+    let _ = task.await;
+    code
+}
+
+fn error_code_for(command: &Command) -> u8 {
+    match command {
+        Command::Exec(_) => EXIT_AGENTBOX_ERROR,
+        _ => 1,
+    }
+}
+
+fn report_error(err: &anyhow::Error, code: u8) -> u8 {
+    eprintln!("agentbox: error: {err:#}");
+    if err.downcast_ref::<UsageError>().is_some() {
+        EXIT_USAGE
+    } else {
+        code
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Exec(args) => crate::commands::exec::run(args).await,
+        Command::Doctor(args) => crate::commands::doctor::run(args).await,
+        Command::Gc(args) => crate::commands::gc::run(args).await,
+        Command::Image(cmd) => crate::commands::image::run(cmd).await,
+    }
+}

@@ -1,0 +1,382 @@
+//! `agentbox doctor`: check everything a run depends on and say how to fix what is wrong.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+
+use crate::cli::DoctorArgs;
+use crate::config::SandboxConfig;
+use crate::image::{KnownImage, image_exists, which};
+use crate::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker, docker_endpoint, gc};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Report {
+    problems: usize,
+}
+
+impl Report {
+    fn line(&mut self, level: Level, what: &str, detail: impl AsRef<str>, fix: Option<&str>) {
+        let mark = match level {
+            Level::Ok => "ok  ",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        println!("[{mark}] {what}: {}", detail.as_ref());
+        if let Some(fix) = fix {
+            println!("       fix: {fix}");
+        }
+        if level == Level::Fail {
+            self.problems += 1;
+        }
+    }
+}
+
+pub async fn run(args: DoctorArgs) -> anyhow::Result<u8> {
+    let cfg = SandboxConfig::from_args(&args.sandbox)?;
+    let mut r = Report { problems: 0 };
+
+    let endpoint = docker_endpoint();
+    let docker = match connect_docker().await {
+        Ok(d) => d,
+        Err(e) => {
+            r.line(
+                Level::Fail,
+                "docker",
+                e.to_string(),
+                Some(
+                    "start the daemon (e.g. `sudo systemctl start docker`, or `sudo dockerd &`), \
+                      or point DOCKER_HOST at one; check you may use its socket (the docker group)",
+                ),
+            );
+            return Ok(1);
+        }
+    };
+    match docker.version().await {
+        Ok(v) => {
+            let api = v.api_version.unwrap_or_default();
+            r.line(
+                Level::Ok,
+                "docker",
+                format!(
+                    "{} at {endpoint}, engine {}, API {api}",
+                    v.os.unwrap_or_default(),
+                    v.version.unwrap_or_default()
+                ),
+                None,
+            );
+            if version_lt(&api, (1, 41)) {
+                r.line(
+                    Level::Warn,
+                    "docker API",
+                    format!("{api} is older than 1.41, the oldest tested"),
+                    Some("upgrade Docker"),
+                );
+            }
+        }
+        Err(e) => r.line(Level::Fail, "docker", format!("version query failed: {e}"), None),
+    }
+    check_runtimes(&docker, &cfg, &mut r).await;
+    let image_ok = check_image(&docker, &cfg, &mut r).await;
+    if let Some(project) = &args.project {
+        check_project(project, &mut r);
+    }
+    if image_ok {
+        check_policy(&docker, &cfg, &mut r).await;
+    }
+    match gc::collect(&docker, false, true)
+        .await
+        .map(|g| g.containers_removed.len() + g.volumes_removed.len())
+    {
+        Ok(0) => r.line(
+            Level::Ok,
+            "leftovers",
+            "no containers or volumes left by killed runs",
+            None,
+        ),
+        Ok(n) => r.line(
+            Level::Warn,
+            "leftovers",
+            format!("{n} left by agentbox processes that are gone"),
+            Some("agentbox gc"),
+        ),
+        Err(e) => r.line(Level::Warn, "leftovers", format!("cannot list: {e}"), None),
+    }
+
+    if r.problems == 0 {
+        println!("\nall checks passed");
+        Ok(0)
+    } else {
+        println!("\n{} problem(s) found", r.problems);
+        Ok(1)
+    }
+}
+
+fn version_lt(version: &str, min: (u32, u32)) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let v = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    v < min
+}
+
+async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
+    let Ok(info) = docker.info().await else {
+        r.line(Level::Warn, "runtimes", "cannot query the daemon's info", None);
+        return;
+    };
+    let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+    names.sort();
+    let default = info.default_runtime.unwrap_or_else(|| "runc".into());
+    let gvisor = if names.iter().any(|n| n == "runsc") {
+        "; gVisor available: --runtime runsc"
+    } else {
+        ""
+    };
+    r.line(
+        Level::Ok,
+        "runtimes",
+        format!("{} (default {default}){gvisor}", names.join(", ")),
+        None,
+    );
+    if let Some(wanted) = &cfg.runtime
+        && !names.contains(wanted)
+    {
+        r.line(
+            Level::Fail,
+            "runtime",
+            format!("--runtime {wanted} is not configured in the daemon"),
+            Some(
+                "install it and register it in /etc/docker/daemon.json (\"runtimes\"), then restart dockerd",
+            ),
+        );
+    }
+    if info.cgroup_version.as_ref().map(|v| v.to_string()).as_deref() == Some("1") {
+        r.line(
+            Level::Ok,
+            "cgroups",
+            "v1 (memory, pids and CPU limits apply)",
+            None,
+        );
+    }
+}
+
+async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) -> bool {
+    match image_exists(docker, &cfg.image).await {
+        Ok(true) => {
+            r.line(Level::Ok, "image", format!("{} present", cfg.image), None);
+            true
+        }
+        Ok(false) => {
+            let fix = if KnownImage::by_name(&cfg.image).is_some() {
+                if which("mmdebstrap").is_some() {
+                    "agentbox image build   (needs a registry), or offline: agentbox image build --offline"
+                } else {
+                    "agentbox image build   (needs a registry), or offline: apt-get install mmdebstrap && agentbox image build --offline"
+                }
+            } else {
+                "pull or build that image, or drop --image to use agentbox's own"
+            };
+            r.line(
+                Level::Fail,
+                "image",
+                format!("{} is missing", cfg.image),
+                Some(fix),
+            );
+            false
+        }
+        Err(e) => {
+            r.line(Level::Fail, "image", e.to_string(), None);
+            false
+        }
+    }
+}
+
+fn check_project(project: &Path, r: &mut Report) {
+    match crate::sandbox::bind_workspace(project) {
+        Ok((_, uid, gid)) => {
+            if uid == 0 {
+                r.line(
+                    Level::Warn,
+                    "project",
+                    format!(
+                        "{} is owned by root: commands will run as uid 0 (with no capabilities)",
+                        project.display()
+                    ),
+                    Some("chown the project to an ordinary user so the sandbox runs as that user"),
+                );
+            } else {
+                r.line(
+                    Level::Ok,
+                    "project",
+                    format!("{}: commands run as {uid}:{gid}", project.display()),
+                    None,
+                );
+            }
+            if let Ok(home) = std::env::var("HOME")
+                && Path::new(&home).canonicalize().ok() == project.canonicalize().ok()
+            {
+                r.line(
+                    Level::Warn,
+                    "project",
+                    "this is your home directory: the model could read your keys and dotfiles",
+                    Some("point agentbox at a project directory, not $HOME"),
+                );
+            }
+        }
+        Err(e) => r.line(Level::Fail, "project", e.to_string(), None),
+    }
+}
+
+/// Start a real sandbox on a scratch project and observe the policy from inside it.
+async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
+    let dir = std::env::temp_dir().join(format!("agentbox-doctor-{}", crate::config::new_session_id()));
+    if let Err(e) = std::fs::create_dir_all(dir.join(".git")) {
+        r.line(
+            Level::Warn,
+            "policy",
+            format!("cannot create a scratch project: {e}"),
+            None,
+        );
+        return;
+    }
+    // The sandbox must run as whoever owns the project: here, whoever created the scratch dir.
+    let expect_uid = std::fs::metadata(&dir)
+        .ok()
+        .map(|m| format!("{}:{}", m.uid(), m.gid()));
+    let started = Instant::now();
+    let result = async {
+        let spec = cfg.bind_spec(&dir)?;
+        let sandbox = DockerSandbox::create(docker, spec).await?;
+        let ready = started.elapsed();
+        let out = sandbox
+            .exec(ExecRequest::argv(
+                ["/bin/sh", "-c", PROBE],
+                Duration::from_secs(30),
+            ))
+            .await;
+        let mode = sandbox.info().exec_mode;
+        sandbox.shutdown().await?;
+        Ok::<_, crate::sandbox::SandboxError>((out?, ready, mode))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (out, ready, mode) = match result {
+        Ok(v) => v,
+        Err(e) => {
+            r.line(
+                Level::Fail,
+                "sandbox",
+                format!("cannot start one: {e}"),
+                Some("run with -v for details; a remote DOCKER_HOST cannot bind-mount local directories"),
+            );
+            return;
+        }
+    };
+    r.line(
+        Level::Ok,
+        "sandbox",
+        format!("ready in {} ms ({mode})", ready.as_millis()),
+        None,
+    );
+    let facts: HashMap<String, String> = out
+        .stdout
+        .to_text()
+        .lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let fact = |k: &str| facts.get(k).map(String::as_str).unwrap_or("?");
+    let checks: [(&str, bool, String, &str); 8] = [
+        (
+            "network",
+            fact("net") == "lo",
+            format!("interfaces: {}", fact("net")),
+            "the daemon must honour network_mode none",
+        ),
+        (
+            "capabilities",
+            fact("capeff") == "0000000000000000",
+            format!("CapEff {}", fact("capeff")),
+            "the daemon must honour cap_drop ALL",
+        ),
+        (
+            "no-new-privileges",
+            fact("nonewprivs") == "1",
+            format!("NoNewPrivs {}", fact("nonewprivs")),
+            "the daemon must honour security_opt no-new-privileges",
+        ),
+        (
+            "root filesystem",
+            fact("rootfs") == "readonly",
+            fact("rootfs").to_string(),
+            "the daemon must honour read-only rootfs",
+        ),
+        (
+            ".git",
+            fact("git") == "readonly",
+            format!("{} inside the sandbox", fact("git")),
+            "the .git bind mount must be read-only",
+        ),
+        (
+            "docker socket",
+            fact("sock") == "absent",
+            fact("sock").to_string(),
+            "nothing may mount the Docker socket into the sandbox",
+        ),
+        (
+            "user",
+            Some(fact("uid").to_string()) == expect_uid,
+            format!("runs as {}", fact("uid")),
+            "commands must run as the project's owner",
+        ),
+        (
+            "workspace",
+            fact("ws") == "writable",
+            format!("/workspace {}", fact("ws")),
+            "check the project is writable by its owner",
+        ),
+    ];
+    for (what, ok, detail, fix) in checks {
+        if ok {
+            r.line(Level::Ok, what, detail, None);
+        } else {
+            r.line(Level::Fail, what, detail, Some(fix));
+        }
+    }
+    let mem = fact("mem").parse::<i64>().unwrap_or(-1);
+    if mem == cfg.limits.memory_bytes {
+        r.line(Level::Ok, "memory limit", format!("{} MiB", mem >> 20), None);
+    } else {
+        r.line(
+            Level::Warn,
+            "memory limit",
+            format!(
+                "the cgroup reports {}, not {}",
+                fact("mem"),
+                cfg.limits.memory_bytes
+            ),
+            Some("enable the memory cgroup controller in the kernel"),
+        );
+    }
+}
+
+const PROBE: &str = r#"
+echo "net=$(ls /sys/class/net | tr '\n' ' ' | sed 's/ *$//')"
+echo "capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)"
+echo "nonewprivs=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status)"
+echo "uid=$(id -u):$(id -g)"
+if touch /.agentbox-probe 2>/dev/null; then echo rootfs=writable; else echo rootfs=readonly; fi
+if touch /workspace/.git/.agentbox-probe 2>/dev/null; then echo git=writable; else echo git=readonly; fi
+if [ -e /var/run/docker.sock ] || [ -e /run/docker.sock ]; then echo sock=present; else echo sock=absent; fi
+if touch /workspace/.agentbox-probe 2>/dev/null; then echo ws=writable; rm -f /workspace/.agentbox-probe; else echo ws=readonly; fi
+echo "mem=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+"#;

@@ -1,0 +1,49 @@
+//! `agentbox exec PROJECT -- CMD...`
+
+use std::io::Write;
+
+use crate::cli::ExecArgs;
+use crate::config::{SandboxConfig, UsageError};
+use crate::sandbox::{ExecRequest, Sandbox, parse_size};
+
+/// timeout(1)'s status for a command that ran out of time.
+pub const EXIT_TIMED_OUT: u8 = 124;
+
+pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
+    let cfg = SandboxConfig::from_args(&args.sandbox)?;
+    let limit =
+        parse_size(&args.output_limit).map_err(|e| UsageError(format!("--output-limit: {e}")))? as usize;
+    let (_docker, sandbox) = super::open_sandbox(&cfg, &args.project).await?;
+    let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
+    let result = sandbox.exec(request).await;
+    sandbox.shutdown().await?;
+    let out = result?;
+
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.stdout.to_text().as_bytes())?;
+    stdout.flush()?;
+    let mut stderr = std::io::stderr().lock();
+    stderr.write_all(out.stderr.to_text().as_bytes())?;
+    if out.truncated() {
+        writeln!(
+            stderr,
+            "agentbox: output was cut to the first and last {} of each stream (--output-limit)",
+            args.output_limit
+        )?;
+    }
+    let code = if out.timed_out {
+        writeln!(
+            stderr,
+            "agentbox: {} (--command-timeout {})",
+            out.status_line(),
+            cfg.command_timeout.as_secs()
+        )?;
+        EXIT_TIMED_OUT
+    } else {
+        if out.oom_killed || out.signal.is_some() {
+            writeln!(stderr, "agentbox: {}", out.status_line())?;
+        }
+        u8::try_from(out.exit_code).unwrap_or(1)
+    };
+    Ok(code)
+}

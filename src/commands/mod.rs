@@ -1,0 +1,27 @@
+//! One file per subcommand; each returns the process exit status.
+
+pub mod doctor;
+pub mod exec;
+pub mod gc;
+pub mod image;
+
+use std::path::Path;
+
+use bollard::Docker;
+
+use crate::config::SandboxConfig;
+use crate::image::{ensure_image, stderr_progress};
+use crate::sandbox::{DockerSandbox, SandboxError, connect_docker};
+
+/// Connect, make sure the image exists (building a known one if not), start a sandbox on
+/// `project`.
+pub async fn open_sandbox(
+    cfg: &SandboxConfig,
+    project: &Path,
+) -> Result<(Docker, DockerSandbox), SandboxError> {
+    let spec = cfg.bind_spec(project)?;
+    let docker = connect_docker().await?;
+    ensure_image(&docker, &cfg.image, &mut stderr_progress).await?;
+    let sandbox = DockerSandbox::create(&docker, spec).await?;
+    Ok((docker, sandbox))
+}

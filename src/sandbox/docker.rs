@@ -1,0 +1,585 @@
+//! The Docker implementation of [`Sandbox`], through the Engine API (bollard). No `docker` CLI.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tracing::{Instrument, debug, info_span};
+
+use super::capture::HeadTail;
+use super::executor::Executor;
+use super::policy::{SandboxSpec, WorkspaceSource};
+use super::{ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
+
+/// Kills every process the sandbox user may signal except the calling shell, until none of that
+/// uid is left (zombies aside). `kill -1` skips the caller and the namespace's init, and the
+/// keep-alive runs as another uid. `kill -1` succeeds while any process exists, even one it may
+/// not signal, so what is left is read from /proc, with builtins only (no fork per round).
+const SWEEP: &str = r#"me=$$; n=0
+while [ $n -lt 500 ]; do
+  kill -9 -1 2>/dev/null
+  left=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$me" ] || [ "$p" = 1 ] || ! [ -O "$d" ] && continue
+    read -r st < "$d/stat" 2>/dev/null || continue
+    case "$st" in *") Z "*) continue ;; esac
+    left=1; break
+  done
+  [ $left = 0 ] && break
+  n=$((n+1))
+done"#;
+
+/// Per-call mode runs `"$@"` and then sweeps, so a background child that holds stdout open
+/// cannot keep the exec stream (and the caller) waiting.
+fn per_call_wrapper() -> String {
+    format!("\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
+}
+
+/// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
+const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// The Docker endpoint in use, for messages: `DOCKER_HOST`, else the default socket.
+pub fn docker_endpoint() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+}
+
+/// Connect (honouring `DOCKER_HOST`) and check the daemon answers.
+pub async fn connect_docker() -> Result<Docker, SandboxError> {
+    let endpoint = docker_endpoint();
+    let unreachable = |reason: String| SandboxError::Unreachable {
+        endpoint: endpoint.clone(),
+        reason,
+    };
+    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+    match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
+        Ok(Ok(_)) => Ok(docker),
+        Ok(Err(e)) => Err(unreachable(root_cause(&e))),
+        Err(_) => Err(unreachable("no answer within 10s".into())),
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+pub(super) fn status_of(e: &BollardError) -> Option<u16> {
+    match e {
+        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// Map an error from a call on a container: "no such container" and "not running" mean it was
+/// removed or killed from outside, which the user needs to hear in those words.
+pub(super) fn container_error(container: &str, context: &str, e: BollardError) -> SandboxError {
+    match (&e, status_of(&e)) {
+        (BollardError::DockerResponseServerError { message, .. }, Some(404 | 409)) => {
+            SandboxError::ContainerGone(format!("{container}: {message}"))
+        }
+        _ => SandboxError::docker(context, e),
+    }
+}
+
+/// Containers this process created and has not yet removed: what Ctrl-C, SIGTERM and a panic
+/// must clean up. The keep-alive link removes them even if we die, this removes them promptly.
+fn live() -> &'static Mutex<HashMap<String, Docker>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// Remove every container this process still has. Called on every exit path of `main`.
+pub async fn remove_live_containers() {
+    let all: Vec<(String, Docker)> = live().lock().expect("live lock").drain().collect();
+    for (id, docker) in all {
+        remove_container(&docker, &id).await;
+    }
+}
+
+async fn remove_container(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(id, Some(opts)).await {
+        Ok(()) => debug!(container = id, "removed"),
+        // Already gone (auto-remove won the race): fine.
+        Err(e) if matches!(status_of(&e), Some(404 | 409)) => debug!(container = id, "already gone"),
+        Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
+    }
+}
+
+/// Resolve a project directory into a bind mount, refusing what cannot be protected.
+pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
+    let shown = project.display().to_string();
+    let meta = match std::fs::metadata(project) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SandboxError::ProjectMissing(shown));
+        }
+        Err(e) => {
+            return Err(SandboxError::Other(format!(
+                "cannot read project path {shown}: {e}"
+            )));
+        }
+    };
+    if !meta.is_dir() {
+        return Err(SandboxError::ProjectNotDirectory(shown));
+    }
+    let project = project
+        .canonicalize()
+        .map_err(|e| SandboxError::Other(format!("cannot resolve {shown}: {e}")))?;
+    if project == Path::new("/") {
+        return Err(SandboxError::Other("refusing to mount / as the project".into()));
+    }
+    let git_path = project.join(".git");
+    let git = match std::fs::symlink_metadata(&git_path) {
+        // A link would make Docker mount whatever it points at on the host, read-only but
+        // visible; and left unmounted it could be replaced from inside. Neither is safe.
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(SandboxError::Other(format!(
+                "refusing to run: {} is a symbolic link, which agentbox cannot protect; \
+                 replace it with the directory it points to",
+                git_path.display()
+            )));
+        }
+        Ok(_) => Some(git_path),
+        Err(_) => None,
+    };
+    Ok((
+        WorkspaceSource::Bind {
+            project: project.clone(),
+            git,
+        },
+        meta.uid(),
+        meta.gid(),
+    ))
+}
+
+/// One sandbox container, alive until [`Sandbox::shutdown`] or drop.
+pub struct DockerSandbox {
+    docker: Docker,
+    info: SandboxInfo,
+    /// The attach connection to the keep-alive's stdin. Dropping it (shutdown, drop, or this
+    /// process dying) ends the keep-alive, and auto-remove removes the container.
+    keepalive: Mutex<Option<bollard::container::AttachContainerResults>>,
+    executor: tokio::sync::Mutex<Option<Executor>>,
+    closed: AtomicBool,
+    /// The container died under us (killed or removed from outside): every later call fails.
+    gone: AtomicBool,
+    /// OOM-kill count seen last (per-call mode reads it after a SIGKILL to say "out of memory").
+    oom_seen: AtomicI64,
+}
+
+impl DockerSandbox {
+    pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
+        let span = info_span!("sandbox", session = %spec.session);
+        async {
+            let t0 = Instant::now();
+            let name = spec.container_name();
+            let created = docker
+                .create_container(
+                    Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                    spec.create_body(),
+                )
+                .await
+                .map_err(|e| match status_of(&e) {
+                    Some(404) => SandboxError::ImageMissing {
+                        image: spec.image.clone(),
+                        detail: String::new(),
+                    },
+                    _ => SandboxError::docker("create container", e),
+                })?;
+            let id = created.id;
+            live()
+                .lock()
+                .expect("live lock")
+                .insert(id.clone(), docker.clone());
+            let sandbox = async {
+                let attach = docker
+                    .attach_container(
+                        &id,
+                        Some(
+                            AttachContainerOptionsBuilder::default()
+                                .stdin(true)
+                                .stream(true)
+                                .build(),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| container_error(&id, "attach", e))?;
+                docker
+                    .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+                    .await
+                    .map_err(|e| container_error(&id, "start container", e))?;
+                debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container started");
+                let user = spec.user();
+                let executor = if spec.per_call_exec {
+                    None
+                } else {
+                    Executor::start(docker, &id, &user).await?
+                };
+                let exec_mode = if executor.is_some() {
+                    ExecMode::Persistent
+                } else {
+                    ExecMode::PerCall
+                };
+                debug!(elapsed_ms = t0.elapsed().as_millis() as u64, %exec_mode, "sandbox ready");
+                Ok::<_, SandboxError>(DockerSandbox {
+                    docker: docker.clone(),
+                    info: SandboxInfo {
+                        session: spec.session.clone(),
+                        container_id: id.clone(),
+                        image: spec.image.clone(),
+                        uid: spec.uid,
+                        gid: spec.gid,
+                        exec_mode,
+                    },
+                    keepalive: Mutex::new(Some(attach)),
+                    executor: tokio::sync::Mutex::new(executor),
+                    closed: AtomicBool::new(false),
+                    gone: AtomicBool::new(false),
+                    oom_seen: AtomicI64::new(-1),
+                })
+            }
+            .await;
+            match sandbox {
+                Ok(s) => {
+                    if s.info.exec_mode == ExecMode::PerCall {
+                        let n = s.read_oom_kills().await;
+                        s.oom_seen.store(n.unwrap_or(-1), Ordering::Relaxed);
+                    }
+                    Ok(s)
+                }
+                Err(e) => {
+                    live().lock().expect("live lock").remove(&id);
+                    remove_container(docker, &id).await;
+                    Err(e)
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn user(&self) -> String {
+        format!("{}:{}", self.info.uid, self.info.gid)
+    }
+
+    fn check_open(&self) -> Result<(), SandboxError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SandboxError::ContainerGone("the sandbox was shut down".into()));
+        }
+        if self.gone.load(Ordering::Acquire) {
+            return Err(SandboxError::ContainerGone(format!(
+                "container {} is no longer running",
+                short(&self.info.container_id)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Is the container still running? Used to tell "the command runner died" from "the whole
+    /// container was killed from outside".
+    async fn container_running(&self) -> bool {
+        match self.docker.inspect_container(&self.info.container_id, None).await {
+            Ok(c) => c.state.and_then(|s| s.running).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    async fn exec_persistent(&self, req: &ExecRequest) -> Result<Option<ExecOutput>, SandboxError> {
+        let mut guard = self.executor.lock().await;
+        if guard.is_none() {
+            // Restart after a loss (a command killed it, or the watchdog fired).
+            *guard = Executor::start(&self.docker, &self.info.container_id, &self.user()).await?;
+            if guard.is_none() {
+                return Ok(None);
+            }
+        }
+        let ex = guard.as_mut().expect("executor present");
+        match ex.call(req, WATCHDOG).await {
+            Ok(out) => Ok(Some(out)),
+            Err(err) => {
+                *guard = None;
+                drop(guard);
+                // The executor's stream can end a moment before the daemon marks a killed
+                // container as stopped; look a few times before blaming the command.
+                for _ in 0..10 {
+                    if !self.container_running().await {
+                        self.gone.store(true, Ordering::Release);
+                        return Err(SandboxError::ContainerGone(format!(
+                            "container {} stopped while running a command",
+                            short(&self.info.container_id)
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // Whatever the lost executor was running must not linger.
+                let _ = self.sweep().await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn exec_per_call(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let _serial = self.executor.lock().await;
+        let cid = &self.info.container_id;
+        let started = Instant::now();
+        let wrapper = per_call_wrapper();
+        let mut cmd: Vec<&str> = vec!["/bin/sh", "-c", &wrapper, "agentbox-run"];
+        cmd.extend(req.argv.iter().map(String::as_str));
+        let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let user = self.user();
+        let exec = self
+            .docker
+            .create_exec(
+                cid,
+                CreateExecOptions {
+                    cmd: Some(cmd),
+                    env: Some(env.iter().map(String::as_str).collect()),
+                    attach_stdin: Some(req.stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    user: Some(user.as_str()),
+                    working_dir: Some(req.workdir.as_deref().unwrap_or(super::WORKSPACE)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| container_error(cid, "create exec", e))?;
+        let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| container_error(cid, "start exec", e))?
+        else {
+            return Err(SandboxError::Other("exec started detached".into()));
+        };
+        let writer = req.stdin.clone().map(|data| {
+            tokio::spawn(async move {
+                let _ = input.write_all(&data).await;
+                let _ = input.shutdown().await;
+                input
+            })
+        });
+        let mut out = HeadTail::new(req.head, req.tail);
+        let mut err = HeadTail::new(req.head, req.tail);
+        let mut timed_out = false;
+        let deadline = tokio::time::sleep(req.timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => out.push(&message),
+                    Some(Ok(LogOutput::StdErr { message })) => err.push(&message),
+                    Some(Ok(LogOutput::StdIn { .. })) => {}
+                    Some(Err(e)) => return Err(container_error(cid, "exec stream", e)),
+                    None => break,
+                },
+                _ = &mut deadline => {
+                    if timed_out {
+                        // The sweep did not close the stream in time; stop waiting for it.
+                        break;
+                    }
+                    timed_out = true;
+                    self.sweep().await?;
+                    deadline.as_mut().reset(tokio::time::Instant::now() + WATCHDOG);
+                }
+            }
+        }
+        if let Some(w) = writer {
+            w.abort();
+        }
+        let inspect = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| container_error(cid, "inspect exec", e))?;
+        let exit_code = inspect.exit_code.unwrap_or(if timed_out { 137 } else { -1 });
+        let mut result = ExecOutput {
+            exit_code,
+            signal: (exit_code > 128 && exit_code < 160).then(|| (exit_code - 128) as i32),
+            timed_out,
+            oom_killed: false,
+            stdout: out.finish(),
+            stderr: err.finish(),
+            elapsed: started.elapsed(),
+        };
+        if exit_code == 137 && !timed_out {
+            let now = self.read_oom_kills().await.unwrap_or(-1);
+            let before = self.oom_seen.swap(now, Ordering::Relaxed);
+            result.oom_killed = before >= 0 && now > before;
+        }
+        Ok(result)
+    }
+
+    /// Kill every process of the sandbox user, through a fresh exec.
+    async fn sweep(&self) -> Result<(), SandboxError> {
+        let cid = &self.info.container_id;
+        let user = self.user();
+        let exec = self
+            .docker
+            .create_exec(
+                cid,
+                CreateExecOptions {
+                    cmd: Some(vec!["/bin/sh", "-c", SWEEP]),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    user: Some(user.as_str()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| container_error(cid, "create exec", e))?;
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| container_error(cid, "start exec", e))?
+        {
+            let drain = async { while output.next().await.is_some() {} };
+            let _ = tokio::time::timeout(WATCHDOG, drain).await;
+        }
+        Ok(())
+    }
+
+    /// The memory cgroup's OOM-kill counter (cgroup v2 or v1), read as the keep-alive's uid.
+    async fn read_oom_kills(&self) -> Option<i64> {
+        let script = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null";
+        let exec = self
+            .docker
+            .create_exec(
+                &self.info.container_id,
+                CreateExecOptions {
+                    cmd: Some(vec!["/bin/sh", "-c", script]),
+                    attach_stdout: Some(true),
+                    user: Some("65534:65534"),
+                    ..Default::default()
+                },
+            )
+            .await
+            .ok()?;
+        let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&exec.id, None).await.ok()?
+        else {
+            return None;
+        };
+        let mut text = Vec::new();
+        while let Some(Ok(item)) = output.next().await {
+            text.extend_from_slice(item.as_ref());
+        }
+        String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    fn info(&self) -> &SandboxInfo {
+        &self.info
+    }
+
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.check_open()?;
+        let span = info_span!("exec", argv0 = req.argv.first().map(String::as_str).unwrap_or(""));
+        async {
+            if self.info.exec_mode == ExecMode::Persistent
+                && let Some(out) = self.exec_persistent(&req).await?
+            {
+                return Ok(out);
+            }
+            self.exec_per_call(&req).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn put_archive(&self, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
+        self.check_open()?;
+        let opts = UploadToContainerOptionsBuilder::default().path(dest).build();
+        self.docker
+            .upload_to_container(
+                &self.info.container_id,
+                Some(opts),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(|e| container_error(&self.info.container_id, "upload archive", e))
+    }
+
+    async fn get_archive(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError> {
+        self.check_open()?;
+        let opts = DownloadFromContainerOptionsBuilder::default().path(path).build();
+        let mut stream = self
+            .docker
+            .download_from_container(&self.info.container_id, Some(opts));
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| container_error(&self.info.container_id, "download archive", e))?;
+            data.extend_from_slice(&chunk);
+            if data.len() as u64 > max_bytes {
+                return Err(SandboxError::Other(format!(
+                    "archive of {path} is larger than {max_bytes} bytes"
+                )));
+            }
+        }
+        Ok(data)
+    }
+
+    async fn shutdown(&self) -> Result<(), SandboxError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let id = self.info.container_id.clone();
+        // Ending the executor and the keep-alive first lets the container stop on its own;
+        // the forced remove below makes it prompt and certain.
+        self.executor.lock().await.take();
+        self.keepalive.lock().expect("keepalive lock").take();
+        remove_container(&self.docker, &id).await;
+        live().lock().expect("live lock").remove(&id);
+        Ok(())
+    }
+}
+
+impl Drop for DockerSandbox {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) {
+            // No async here: dropping the keep-alive connection makes the container exit and
+            // the daemon auto-removes it; `remove_live_containers` also still knows it.
+            debug!(
+                container = short(&self.info.container_id),
+                "sandbox dropped without shutdown"
+            );
+        }
+    }
+}

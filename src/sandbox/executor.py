@@ -1,0 +1,324 @@
+# agentbox in-container executor.
+#
+# Started once per sandbox as `python3 -I -c <this file>` through one Docker exec whose stdin
+# and stdout stay attached. Each request spawns one command directly (no runc round trip), so a
+# tool call costs about as much as a process spawn. Everything that bounds a command is enforced
+# here, next to the command: the timeout, the kill of everything it started, the output caps.
+#
+# Wire format, both directions: a 4-byte big-endian length, then that many bytes of JSON.
+# Byte payloads (stdin, captured output) are base64 inside the JSON.
+#
+# Invariant after every request: no process of the sandbox user is left running except this
+# one. That is what makes a timeout real (a background child holding stdout is killed too) and
+# what lets the host reason about files without racing a stray writer.
+import base64
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+PROTOCOL = 1
+READ_CHUNK = 1 << 16
+
+
+def harden():
+    # Not dumpable: another process of the same uid (the command we run) cannot open
+    # /proc/<us>/fd/1 and forge frames to the host, nor read our memory.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        libc.prctl(15, b"agentbox-exec", 0, 0, 0)  # PR_SET_NAME: `pkill python3` spares us
+    except Exception:
+        pass
+    # Catch (not ignore) the polite signals: a command's `kill -TERM -1` must not end us, and a
+    # caught handler is reset to the default in the children at exec, unlike SIG_IGN.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, lambda *_: None)
+
+
+def read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def recv():
+    header = read_exact(0, 4)
+    if header is None:
+        return None
+    (length,) = struct.unpack(">I", header)
+    body = read_exact(0, length)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+def send(obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    out = struct.pack(">I", len(data)) + data
+    view = memoryview(out)
+    while view:
+        written = os.write(1, view)
+        view = view[written:]
+
+
+class Capture:
+    """Keeps the first `head` and the last `tail` bytes; counts the rest."""
+
+    def __init__(self, head, tail):
+        self.head_max = head
+        self.tail_max = tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data):
+        self.total += len(data)
+        room = self.head_max - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_max > 0:
+            self.tail += data
+            extra = len(self.tail) - self.tail_max
+            if extra > 0:
+                del self.tail[:extra]
+
+    def to_json(self):
+        return {
+            "head": base64.b64encode(bytes(self.head)).decode(),
+            "tail": base64.b64encode(bytes(self.tail)).decode(),
+            "total": self.total,
+        }
+
+
+def oom_kills():
+    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"),
+                      ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def survivors():
+    """Live processes of our uid other than us and init (zombies are dead; init reaps them)."""
+    me, uid = os.getpid(), os.getuid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != uid:
+                continue
+            with open("/proc/" + name + "/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(b")") + 2:][:1] != b"Z":
+            found.append(int(name))
+    return found
+
+
+def sweep():
+    """SIGKILL every process this uid may signal, except us and the namespace's init.
+
+    kill(-1) skips the caller and init; the container's keep-alive process runs as another uid,
+    so it survives. kill(-1) reports success whenever any process exists, even one it may not
+    signal, so whether anything is left is read from /proc. Repeat until nothing is: a fork
+    bomb spawns between rounds.
+    """
+    deadline = time.monotonic() + 5.0
+    rounds = 0
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        reap()
+        rounds += 1
+        if not survivors() or time.monotonic() > deadline:
+            return rounds
+        time.sleep(0.001 * min(rounds, 20))
+
+
+def run(req):
+    argv = req["argv"]
+    timeout = float(req.get("timeout", 120))
+    stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+    out = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
+    err = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    oom_before = oom_kills()
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=req.get("cwd") or "/workspace",
+            env=env,
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        return {"spawn_error": f"{argv[0]}: {e.strerror or e}", "errno": e.errno}
+
+    sel = selectors.DefaultSelector()
+    os.set_blocking(proc.stdout.fileno(), False)
+    os.set_blocking(proc.stderr.fileno(), False)
+    sel.register(proc.stdout.fileno(), selectors.EVENT_READ, out)
+    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, err)
+    pending = memoryview(stdin_data) if stdin_data is not None else None
+    if pending is not None:
+        os.set_blocking(proc.stdin.fileno(), False)
+        if len(pending) == 0:
+            proc.stdin.close()
+            pending = None
+        else:
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        except OSError:
+            pidfd = None
+
+    deadline = started + timeout
+    timed_out = False
+    swept = False
+    drain_until = None
+    streams = {proc.stdout.fileno(), proc.stderr.fileno()}
+    while True:
+        now = time.monotonic()
+        if not swept and proc.poll() is not None:
+            # The command is done; whatever it left behind (a daemon holding stdout open) goes.
+            sweep()
+            swept = True
+            drain_until = time.monotonic() + 2.0
+        if swept and not streams:
+            break
+        if not swept and now >= deadline:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+            sweep()
+            swept = True
+            drain_until = time.monotonic() + 2.0
+            continue
+        if drain_until is not None and now >= drain_until:
+            break
+        until = drain_until if drain_until is not None else deadline
+        wait = max(0.0, until - now)
+        if pidfd is None:
+            wait = min(wait, 0.05)
+        if not sel.get_map():
+            time.sleep(wait)
+            continue
+        for key, _ in sel.select(wait):
+            if key.data == "exit":
+                sel.unregister(key.fd)
+                continue
+            if key.data == "stdin":
+                try:
+                    written = os.write(key.fd, pending[:READ_CHUNK])
+                    pending = pending[written:]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pending = pending[:0]
+                if len(pending) == 0:
+                    sel.unregister(key.fd)
+                    proc.stdin.close()
+                continue
+            try:
+                chunk = os.read(key.fd, READ_CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                key.data.add(chunk)
+            else:
+                sel.unregister(key.fd)
+                streams.discard(key.fd)
+    if pidfd is not None:
+        if pidfd in sel.get_map():
+            sel.unregister(pidfd)
+        os.close(pidfd)
+    sel.close()
+    if proc.stdin is not None and not proc.stdin.closed:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    proc.stdout.close()
+    proc.stderr.close()
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    code = proc.wait()
+    if not swept:
+        sweep()
+    elapsed = time.monotonic() - started
+    oom_after = oom_kills()
+    return {
+        "exit": code if code >= 0 else 128 - code,
+        "signal": -code if code < 0 else None,
+        "timed_out": timed_out,
+        "stdout": out.to_json(),
+        "stderr": err.to_json(),
+        "oom_kills": (oom_after - oom_before) if None not in (oom_before, oom_after) else None,
+        "elapsed": elapsed,
+    }
+
+
+def main():
+    harden()
+    # Start from a clean slate: a previous executor may have died mid-command.
+    sweep()
+    send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid()})
+    while True:
+        req = recv()
+        if req is None:
+            return
+        try:
+            resp = run(req)
+        except Exception as e:  # a bug here must not take the session down
+            sweep()
+            resp = {"internal_error": f"{type(e).__name__}: {e}"}
+        resp["id"] = req.get("id")
+        send(resp)
+
+
+main()

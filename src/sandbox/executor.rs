@@ -1,0 +1,234 @@
+//! Host side of the in-container executor (`executor.py`).
+//!
+//! One Docker exec is started per sandbox and kept; requests and responses are length-prefixed
+//! JSON frames over its stdin and stdout. A Docker exec costs ~50 ms of runc work; a request to a
+//! running executor costs a process spawn.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bytes::BytesMut;
+use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::{Captured, ExecOutput, ExecRequest, SandboxError};
+
+pub const SOURCE: &str = include_str!("executor.py");
+const PROTOCOL: u64 = 1;
+/// Largest frame we accept from the executor. Responses carry capped output, so anything near
+/// this is a bug or a forgery, not data.
+const MAX_FRAME: usize = 64 << 20;
+
+type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+pub struct Executor {
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    output: Output,
+    buf: BytesMut,
+    /// The executor's own stderr (Python tracebacks), for the error message if it dies.
+    diagnostics: Vec<u8>,
+    next_id: u64,
+}
+
+#[derive(Deserialize)]
+struct Hello {
+    ready: bool,
+    protocol: u64,
+}
+
+#[derive(Deserialize)]
+struct Stream64 {
+    head: String,
+    tail: String,
+    total: u64,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    id: Option<u64>,
+    exit: Option<i64>,
+    signal: Option<i32>,
+    #[serde(default)]
+    timed_out: bool,
+    stdout: Option<Stream64>,
+    stderr: Option<Stream64>,
+    oom_kills: Option<i64>,
+    elapsed: Option<f64>,
+    spawn_error: Option<String>,
+    errno: Option<i32>,
+    internal_error: Option<String>,
+}
+
+impl Stream64 {
+    fn decode(self) -> Result<Captured, SandboxError> {
+        let bad = |e| SandboxError::ExecutorLost(format!("bad output encoding: {e}"));
+        Ok(Captured {
+            head: B64.decode(self.head).map_err(bad)?,
+            tail: B64.decode(self.tail).map_err(bad)?,
+            total: self.total,
+        })
+    }
+}
+
+impl Executor {
+    /// Start the executor; `Ok(None)` when the image cannot host it (no python3).
+    pub async fn start(
+        docker: &Docker,
+        container: &str,
+        user: &str,
+    ) -> Result<Option<Executor>, SandboxError> {
+        let exec = docker
+            .create_exec(
+                container,
+                CreateExecOptions {
+                    // -I: isolated mode, so a `json.py` in the project (our cwd is `/`, but be
+                    // sure) or PYTHON* variables cannot hijack the executor's imports.
+                    cmd: Some(vec!["python3", "-I", "-c", SOURCE]),
+                    attach_stdin: Some(true),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    user: Some(user),
+                    working_dir: Some("/"),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| super::docker::container_error(container, "create exec", e))?;
+        let started = docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| super::docker::container_error(container, "start exec", e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(SandboxError::Other("exec started detached".into()));
+        };
+        let mut ex = Executor {
+            input,
+            output,
+            buf: BytesMut::new(),
+            diagnostics: Vec::new(),
+            next_id: 1,
+        };
+        let hello = match tokio::time::timeout(Duration::from_secs(20), ex.read_frame()).await {
+            Ok(Ok(frame)) => frame,
+            // Most likely python3 is missing: the exec ends with "not found" on stderr.
+            Ok(Err(_)) => {
+                tracing::debug!(stderr = %ex.diagnostics_text(), "executor unavailable");
+                return Ok(None);
+            }
+            Err(_) => return Ok(None),
+        };
+        match serde_json::from_slice::<Hello>(&hello) {
+            Ok(h) if h.ready && h.protocol == PROTOCOL => Ok(Some(ex)),
+            _ => Ok(None),
+        }
+    }
+
+    fn diagnostics_text(&self) -> String {
+        String::from_utf8_lossy(&self.diagnostics).trim().to_string()
+    }
+
+    async fn read_frame(&mut self) -> Result<Vec<u8>, SandboxError> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+                if len > MAX_FRAME {
+                    return Err(SandboxError::ExecutorLost(format!(
+                        "oversized frame ({len} bytes)"
+                    )));
+                }
+                if self.buf.len() >= 4 + len {
+                    let frame = self.buf.split_to(4 + len);
+                    return Ok(frame[4..].to_vec());
+                }
+            }
+            match self.output.next().await {
+                Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                    self.buf.extend_from_slice(&message)
+                }
+                Some(Ok(LogOutput::StdErr { message })) => {
+                    let room = 4096usize.saturating_sub(self.diagnostics.len());
+                    self.diagnostics
+                        .extend_from_slice(&message[..room.min(message.len())]);
+                }
+                Some(Ok(LogOutput::StdIn { .. })) => {}
+                Some(Err(e)) => return Err(SandboxError::ExecutorLost(e.to_string())),
+                None => {
+                    let why = match self.diagnostics_text() {
+                        d if d.is_empty() => "its stream ended".to_string(),
+                        d => format!("its stream ended: {d}"),
+                    };
+                    return Err(SandboxError::ExecutorLost(why));
+                }
+            }
+        }
+    }
+
+    /// Run one request. `watchdog` bounds the wait for a reply beyond the command's own timeout.
+    pub async fn call(&mut self, req: &ExecRequest, watchdog: Duration) -> Result<ExecOutput, SandboxError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let env: serde_json::Map<String, serde_json::Value> = req
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        let body = serde_json::json!({
+            "id": id,
+            "argv": req.argv,
+            "cwd": req.workdir.as_deref().unwrap_or(super::WORKSPACE),
+            "env": env,
+            "timeout": req.timeout.as_secs_f64(),
+            "stdin": req.stdin.as_ref().map(|d| B64.encode(d)),
+            "head": req.head,
+            "tail": req.tail,
+        });
+        let body = serde_json::to_vec(&body).expect("json");
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let lost = |e: std::io::Error| SandboxError::ExecutorLost(e.to_string());
+        self.input.write_all(&frame).await.map_err(lost)?;
+        self.input.flush().await.map_err(lost)?;
+
+        let reply = match tokio::time::timeout(req.timeout + watchdog, self.read_frame()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
+        };
+        let resp: Response = serde_json::from_slice(&reply)
+            .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?;
+        if resp.id != Some(id) {
+            return Err(SandboxError::ExecutorLost("reply out of order".into()));
+        }
+        if let Some(reason) = resp.spawn_error {
+            // Report it the way a shell would, so both exec modes agree: 127 = not found.
+            let code = if resp.errno == Some(libc::ENOENT) {
+                127
+            } else {
+                126
+            };
+            return Ok(ExecOutput {
+                exit_code: code,
+                stderr: Captured::complete(format!("{reason}\n").into_bytes()),
+                ..Default::default()
+            });
+        }
+        if let Some(e) = resp.internal_error {
+            return Err(SandboxError::ExecutorLost(format!("internal error: {e}")));
+        }
+        Ok(ExecOutput {
+            exit_code: resp.exit.unwrap_or(-1),
+            signal: resp.signal,
+            timed_out: resp.timed_out,
+            oom_killed: resp.oom_kills.unwrap_or(0) > 0,
+            stdout: resp.stdout.map(Stream64::decode).transpose()?.unwrap_or_default(),
+            stderr: resp.stderr.map(Stream64::decode).transpose()?.unwrap_or_default(),
+            elapsed: Duration::from_secs_f64(resp.elapsed.unwrap_or(0.0)),
+        })
+    }
+}

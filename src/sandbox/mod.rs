@@ -1,0 +1,227 @@
+//! The sandbox seam: run a command, move files, tear down.
+//!
+//! [`DockerSandbox`] is the product. The trait exists so another engine (a remote Docker host,
+//! Kubernetes) can stand behind the same tools later, not to mock Docker in tests: integration
+//! tests run against the real daemon.
+
+mod capture;
+mod docker;
+mod executor;
+pub mod gc;
+mod policy;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use capture::{Captured, HeadTail};
+pub use docker::{DockerSandbox, bind_workspace, connect_docker, docker_endpoint, remove_live_containers};
+pub use policy::{HARNESS_DIR, HOME, Limits, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size};
+
+/// Where the project is mounted inside every sandbox.
+pub const WORKSPACE: &str = "/workspace";
+
+/// Label put on every container and volume agentbox creates; `agentbox gc` sweeps by it.
+pub const SESSION_LABEL: &str = "agentbox.session";
+/// Label holding the host PID of the agentbox process that owns the container.
+pub const PID_LABEL: &str = "agentbox.pid";
+/// Label holding the name of the host that process runs on.
+pub const HOST_LABEL: &str = "agentbox.host";
+
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    /// Bytes fed to the command's stdin; `None` gives it `/dev/null` so a command that reads
+    /// stdin gets EOF instead of hanging until the timeout.
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub workdir: Option<String>,
+    pub env: Vec<(String, String)>,
+    /// Bytes kept from the start and from the end of each stream.
+    pub head: usize,
+    pub tail: usize,
+}
+
+impl ExecRequest {
+    /// `bash -lc COMMAND` in the workspace: what the `bash` tool and `agentbox exec` run.
+    pub fn shell(command: impl Into<String>, timeout: Duration) -> Self {
+        Self::argv(
+            ["bash", "-lc"]
+                .map(String::from)
+                .into_iter()
+                .chain([command.into()]),
+            timeout,
+        )
+    }
+
+    pub fn argv<I, S>(argv: I, timeout: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            argv: argv.into_iter().map(Into::into).collect(),
+            stdin: None,
+            timeout,
+            workdir: None,
+            env: Vec::new(),
+            head: 32 * 1024,
+            tail: 32 * 1024,
+        }
+    }
+
+    pub fn stdin(mut self, data: Vec<u8>) -> Self {
+        self.stdin = Some(data);
+        self
+    }
+
+    /// Keep up to `head` leading and `tail` trailing bytes of each stream.
+    pub fn capture(mut self, head: usize, tail: usize) -> Self {
+        self.head = head;
+        self.tail = tail;
+        self
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    /// The exit status; 128+N when ended by signal N (the shell's convention).
+    pub exit_code: i64,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    /// The memory cgroup's OOM killer fired while the command ran.
+    pub oom_killed: bool,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub elapsed: Duration,
+}
+
+impl ExecOutput {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0 && !self.timed_out
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.stdout.truncated() || self.stderr.truncated()
+    }
+
+    /// One line a human or a model can act on, e.g. "exit 137: killed: out of memory".
+    pub fn status_line(&self) -> String {
+        if self.timed_out {
+            format!(
+                "timed out after {:.0}s: the command and everything it started were killed",
+                self.elapsed.as_secs_f64()
+            )
+        } else if self.oom_killed {
+            format!(
+                "exit {}: killed by the sandbox's memory limit (out of memory)",
+                self.exit_code
+            )
+        } else if let Some(sig) = self.signal {
+            format!("exit {}: killed by signal {}", self.exit_code, signal_name(sig))
+        } else {
+            format!("exit {}", self.exit_code)
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGXFSZ => "SIGXFSZ (file size limit)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// How the sandbox runs commands; chosen at start, reported by `doctor` and the benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// One long-lived executor process in the container; a call costs a process spawn.
+    Persistent,
+    /// One Docker exec per call (images without python3, or when asked).
+    PerCall,
+}
+
+impl std::fmt::Display for ExecMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ExecMode::Persistent => "persistent executor",
+            ExecMode::PerCall => "one docker exec per call",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot reach Docker at {endpoint}: is the daemon running? ({reason})")]
+    Unreachable { endpoint: String, reason: String },
+    #[error("project path {0} does not exist")]
+    ProjectMissing(String),
+    #[error("project path {0} is not a directory")]
+    ProjectNotDirectory(String),
+    #[error(
+        "image {image} is missing{detail}; build it with `agentbox image build` \
+         (or offline, from Debian packages: `agentbox image build --offline`)"
+    )]
+    ImageMissing { image: String, detail: String },
+    #[error("the sandbox container is gone (removed or killed from outside): {0}")]
+    ContainerGone(String),
+    #[error("the sandbox's command runner stopped unexpectedly ({0}); it is restarted for the next command")]
+    ExecutorLost(String),
+    #[error("docker: {context}: {source}")]
+    Docker {
+        context: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SandboxError {
+    fn docker(context: impl Into<String>, source: bollard::errors::Error) -> Self {
+        SandboxError::Docker {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Errors after which no further command can succeed in this sandbox.
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, SandboxError::ExecutorLost(_))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxInfo {
+    pub session: String,
+    pub container_id: String,
+    pub image: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub exec_mode: ExecMode,
+}
+
+/// A running, contained environment with the project at [`WORKSPACE`].
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    fn info(&self) -> &SandboxInfo;
+
+    /// Run one command to completion, its timeout, or its output caps. A command's own failure
+    /// (non-zero exit, timeout, OOM) is an `Ok` with the facts; `Err` means the sandbox failed.
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError>;
+
+    /// Extract a tar archive at `dest` inside the sandbox (archive API).
+    async fn put_archive(&self, dest: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
+
+    /// A tar archive of `path` inside the sandbox, refused past `max_bytes`.
+    async fn get_archive(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError>;
+
+    /// Remove the sandbox. Idempotent; later calls to `exec` fail.
+    async fn shutdown(&self) -> Result<(), SandboxError>;
+}

@@ -1,0 +1,323 @@
+//! The containment policy, as one pure function from a spec to Docker's create request.
+//!
+//! Everything the README's security model promises is set here, so a unit test can read the
+//! request and an integration test can observe the result from inside the container.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+};
+
+use super::{HOST_LABEL, PID_LABEL, SESSION_LABEL, WORKSPACE};
+
+/// The sandbox user's home: a tmpfs, so nothing a command leaves there outlives the run.
+pub const HOME: &str = "/home/agentbox";
+/// Harness-private scratch (e.g. the baseline snapshot for the diff), apart from `/tmp` so a
+/// command that fills `/tmp` cannot break the harness.
+pub const HARNESS_DIR: &str = "/run/agentbox";
+
+/// Resource limits; each has a flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub memory_bytes: i64,
+    pub cpus: f64,
+    pub pids: i64,
+    pub tmp_bytes: i64,
+    /// RLIMIT_FSIZE: the largest file any command may write, in the project too, where Docker
+    /// has no quota for a bind mount.
+    pub max_file_bytes: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 2 << 30,
+            cpus: 2.0,
+            pids: 512,
+            tmp_bytes: 512 << 20,
+            max_file_bytes: 1 << 30,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid size {0:?}: use a number with an optional unit, e.g. 512m, 2g, 100k")]
+pub struct ParseSizeError(pub String);
+
+/// "512m", "2g", "100k", "1048576" → bytes (binary units, like Docker's flags).
+pub fn parse_size(text: &str) -> Result<i64, ParseSizeError> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (digits, shift) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 10),
+        Some('m') => (&t[..t.len() - 1], 20),
+        Some('g') => (&t[..t.len() - 1], 30),
+        Some('t') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let value: f64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| ParseSizeError(text.to_string()))?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(ParseSizeError(text.to_string()));
+    }
+    Ok((value * (1u64 << shift) as f64) as i64)
+}
+
+/// How the project reaches `/workspace`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkspaceSource {
+    /// The host directory itself, read-write, with its `.git` read-only on top.
+    Bind { project: PathBuf, git: Option<PathBuf> },
+    /// A labelled Docker volume the project was copied into (`--isolate`).
+    Volume { name: String },
+}
+
+/// Everything needed to create one sandbox container.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub session: String,
+    pub image: String,
+    pub workspace: WorkspaceSource,
+    pub uid: u32,
+    pub gid: u32,
+    pub limits: Limits,
+    /// A Docker runtime such as gVisor's `runsc`; `None` is the daemon's default.
+    pub runtime: Option<String>,
+    /// Use one Docker exec per command even when the image could host the executor.
+    pub per_call_exec: bool,
+    /// Extra labels (e.g. an eval task's name).
+    pub labels: Vec<(String, String)>,
+}
+
+impl SandboxSpec {
+    /// The uid the keep-alive process runs as: not the sandbox user's, so the sandbox user's
+    /// `kill -9 -1` (ours after every command, or the model's) cannot end the container.
+    pub fn keepalive_uid(&self) -> u32 {
+        if self.uid == 65534 { 65533 } else { 65534 }
+    }
+
+    pub fn user(&self) -> String {
+        format!("{}:{}", self.uid, self.gid)
+    }
+
+    /// The environment every command sees. Nothing comes from the host: no credentials, no
+    /// proxies, no `DOCKER_HOST`.
+    pub fn env(&self) -> Vec<String> {
+        [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+            format!("HOME={HOME}"),
+            "LANG=C.UTF-8".into(),
+            "TERM=dumb".into(),
+            "NO_COLOR=1".into(),
+            "PAGER=cat".into(),
+            "GIT_PAGER=cat".into(),
+            // Keep the user's project free of __pycache__ litter from test runs.
+            "PYTHONDONTWRITEBYTECODE=1".into(),
+            "PIP_NO_INPUT=1".into(),
+            "PIP_DISABLE_PIP_VERSION_CHECK=1".into(),
+        ]
+        .into()
+    }
+
+    pub fn container_name(&self) -> String {
+        format!("agentbox-{}", self.session)
+    }
+
+    pub fn create_body(&self) -> ContainerCreateBody {
+        let mut labels: HashMap<String, String> = HashMap::from([
+            (SESSION_LABEL.to_string(), self.session.clone()),
+            (PID_LABEL.to_string(), std::process::id().to_string()),
+            (HOST_LABEL.to_string(), super::gc::hostname()),
+        ]);
+        labels.extend(self.labels.iter().cloned());
+
+        let tmpfs_opts = |size: i64, owner: bool, mode: &str| {
+            let mut o = format!("rw,nosuid,nodev,exec,size={size},mode={mode}");
+            if owner {
+                o.push_str(&format!(",uid={},gid={}", self.uid, self.gid));
+            }
+            o
+        };
+        let tmpfs = HashMap::from([
+            (
+                "/tmp".to_string(),
+                tmpfs_opts(self.limits.tmp_bytes, false, "1777"),
+            ),
+            (HOME.to_string(), tmpfs_opts(64 << 20, true, "0700")),
+            (
+                HARNESS_DIR.to_string(),
+                tmpfs_opts(self.limits.tmp_bytes, true, "0700"),
+            ),
+        ]);
+
+        let mounts = match &self.workspace {
+            WorkspaceSource::Bind { project, git } => {
+                let bind = |source: &PathBuf, target: String, read_only: bool| Mount {
+                    target: Some(target),
+                    source: Some(source.to_string_lossy().into_owned()),
+                    typ: Some(MountType::BIND),
+                    read_only: Some(read_only),
+                    bind_options: Some(MountBindOptions {
+                        // Host mounts made later under the project must not appear inside.
+                        propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let mut m = vec![bind(project, WORKSPACE.to_string(), false)];
+                if let Some(git) = git {
+                    // Docker mounts parents first, so this lands on top of the workspace bind.
+                    m.push(bind(git, format!("{WORKSPACE}/.git"), true));
+                }
+                m
+            }
+            WorkspaceSource::Volume { name } => vec![Mount {
+                target: Some(WORKSPACE.to_string()),
+                source: Some(name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            }],
+        };
+
+        let ulimit = |name: &str, value: i64| ResourcesUlimits {
+            name: Some(name.to_string()),
+            soft: Some(value),
+            hard: Some(value),
+        };
+
+        let host_config = HostConfig {
+            network_mode: Some("none".into()),
+            mounts: Some(mounts),
+            tmpfs: Some(tmpfs),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            readonly_rootfs: Some(true),
+            privileged: Some(false),
+            init: Some(true),
+            pids_limit: Some(self.limits.pids),
+            memory: Some(self.limits.memory_bytes),
+            // Equal to memory: no swap, so the memory limit is a real limit.
+            memory_swap: Some(self.limits.memory_bytes),
+            nano_cpus: Some((self.limits.cpus * 1e9) as i64),
+            ulimits: Some(vec![
+                ulimit("nofile", 4096),
+                // Counted per uid across the host, so generous; the pids limit is the real cap.
+                ulimit("nproc", 65536),
+                ulimit("fsize", self.limits.max_file_bytes),
+                ulimit("core", 0),
+            ]),
+            ipc_mode: Some("private".into()),
+            // If the host runs short of memory, the sandbox goes first.
+            oom_score_adj: Some(500),
+            // The daemon removes the container as soon as it stops: when our attach connection
+            // drops (even on SIGKILL) the keep-alive reads EOF, exits, and the container is gone.
+            auto_remove: Some(true),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            runtime: self.runtime.clone(),
+            ..Default::default()
+        };
+
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            // Waits for EOF on stdin, which agentbox holds open for the life of the session.
+            cmd: Some(vec!["/bin/sh".into(), "-c".into(), "read -r _ || true".into()]),
+            entrypoint: Some(vec![]),
+            user: Some(format!("{0}:{0}", self.keepalive_uid())),
+            working_dir: Some(WORKSPACE.into()),
+            env: Some(self.env()),
+            labels: Some(labels),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            tty: Some(false),
+            network_disabled: Some(false),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            session: "abc".into(),
+            image: "agentbox/python:1".into(),
+            workspace: WorkspaceSource::Bind {
+                project: "/p".into(),
+                git: Some("/p/.git".into()),
+            },
+            uid: 1000,
+            gid: 1000,
+            limits: Limits::default(),
+            runtime: None,
+            per_call_exec: false,
+            labels: vec![],
+        }
+    }
+
+    #[test]
+    fn sizes_parse_like_docker_flags() {
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("100kb"), Ok(100 << 10));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1m").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn the_policy_is_locked_down() {
+        let body = spec().create_body();
+        let hc = body.host_config.unwrap();
+        assert_eq!(hc.network_mode.as_deref(), Some("none"));
+        assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(hc.readonly_rootfs, Some(true));
+        assert_eq!(hc.init, Some(true));
+        assert_eq!(hc.memory, hc.memory_swap);
+        assert!(hc.binds.is_none());
+        let mounts = hc.mounts.unwrap();
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[0].target.as_deref(), Some("/workspace"));
+        assert_eq!(mounts[0].read_only, Some(false));
+        assert_eq!(mounts[1].target.as_deref(), Some("/workspace/.git"));
+        assert_eq!(mounts[1].read_only, Some(true));
+        let tmpfs = hc.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains(&format!("size={}", 512 << 20)));
+        assert!(tmpfs[HOME].contains("uid=1000,gid=1000"));
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[SESSION_LABEL], "abc");
+        // No host environment leaks in: the list is fixed.
+        assert!(
+            body.env
+                .unwrap()
+                .iter()
+                .all(|e| !e.contains("KEY") && !e.contains("TOKEN"))
+        );
+    }
+
+    #[test]
+    fn keepalive_runs_as_another_uid() {
+        let mut s = spec();
+        assert_eq!(s.keepalive_uid(), 65534);
+        s.uid = 65534;
+        assert_eq!(s.keepalive_uid(), 65533);
+        assert_eq!(s.create_body().user.as_deref(), Some("65533:65533"));
+    }
+}

@@ -1,0 +1,403 @@
+//! The sandbox against the real Docker daemon: the policy as seen from inside, timeouts that
+//! end whole process trees, bounded output, files through the container, and cleanup.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::{Duration, Instant};
+
+use agentbox::sandbox::{ExecMode, ExecRequest, Sandbox};
+use agentbox::workspace::{FsError, Workspace};
+use support::*;
+
+fn shell(cmd: &str) -> ExecRequest {
+    ExecRequest::shell(cmd, Duration::from_secs(60))
+}
+
+async fn stdout_of(sb: &dyn Sandbox, cmd: &str) -> String {
+    let out = sb.exec(shell(cmd)).await.expect("exec");
+    assert!(
+        out.success(),
+        "{cmd}: {} {}",
+        out.status_line(),
+        out.stderr.to_text()
+    );
+    out.stdout.to_text()
+}
+
+async fn lines_of(sb: &dyn Sandbox, cmd: &str) -> Vec<String> {
+    stdout_of(sb, cmd).await.lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn the_policy_holds_inside_the_container() {
+    let project = Project::new(&[("hello.txt", "hi\n")]);
+    project.git_init();
+    let sb = sandbox(&project).await;
+    assert_eq!(sb.info().exec_mode, ExecMode::Persistent);
+
+    assert_eq!(
+        stdout_of(&sb, "ls /sys/class/net").await.trim(),
+        "lo",
+        "only loopback"
+    );
+    let status = lines_of(&sb, "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status").await;
+    assert!(
+        status.contains(&"CapEff:\t0000000000000000".to_string()),
+        "{status:?}"
+    );
+    assert!(status.contains(&"NoNewPrivs:\t1".to_string()), "{status:?}");
+
+    let (uid, gid) = project.owner();
+    assert_eq!(
+        stdout_of(&sb, "echo $(id -u):$(id -g)").await.trim(),
+        format!("{uid}:{gid}")
+    );
+
+    for target in [
+        "/evil",
+        "/etc/evil",
+        "/workspace/.git/hooks/pre-commit",
+        "/workspace/.git/config",
+    ] {
+        let out = sb.exec(shell(&format!("echo x > {target}"))).await.unwrap();
+        assert_ne!(out.exit_code, 0, "writing {target} must fail");
+        assert!(
+            out.stderr.to_text().contains("Read-only file system"),
+            "{target}: {}",
+            out.stderr.to_text()
+        );
+    }
+    assert!(!project.file(".git/hooks/pre-commit").exists());
+
+    let out = sb
+        .exec(shell("ls -la /var/run/docker.sock /run/docker.sock"))
+        .await
+        .unwrap();
+    assert_ne!(out.exit_code, 0, "no Docker socket inside");
+
+    // Resolving a name and connecting both fail fast: there is no route out.
+    let out = sb
+        .exec(shell("getent hosts example.com; python3 -c 'import socket; socket.create_connection((\"10.0.0.1\", 80), timeout=5)'"))
+        .await
+        .unwrap();
+    assert_ne!(out.exit_code, 0);
+    assert!(
+        out.stderr.to_text().contains("Network is unreachable"),
+        "{}",
+        out.stderr.to_text()
+    );
+
+    // Files written in the project belong to the project's owner on the host.
+    stdout_of(&sb, "mkdir -p made/here && echo x > made/here/file.txt").await;
+    let meta = std::fs::metadata(project.file("made/here/file.txt")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (uid, gid));
+    assert_eq!(std::fs::metadata(project.file("made")).unwrap().uid(), uid);
+
+    // HOME is a private tmpfs; /tmp is a size-limited tmpfs.
+    let mounts = lines_of(&sb, "grep -E ' (/tmp|/home/agentbox) ' /proc/mounts").await;
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.starts_with("tmpfs /tmp ") && m.contains("size=262144k")),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.iter().any(|m| m.starts_with("tmpfs /home/agentbox ")),
+        "{mounts:?}"
+    );
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn host_environment_never_reaches_the_sandbox() {
+    let project = Project::new(&[]);
+    let sentinel = "sentinel-7f3a9c1e55d04b2a";
+    let out = run(agentbox()
+        .env("AGENTBOX_TEST_SECRET", sentinel)
+        .env("ANTHROPIC_API_KEY", sentinel)
+        .args(["exec"])
+        .arg(project.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'",
+        ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let inside = text(&out.stdout);
+    assert!(inside.contains("HOME=/home/agentbox"), "{inside}");
+    assert!(!inside.contains(sentinel), "host environment leaked: {inside}");
+}
+
+async fn timeout_ends_the_tree(per_call: bool) {
+    let project = Project::new(&[]);
+    let mut cfg = config();
+    cfg.per_call_exec = per_call;
+    let sb = sandbox_with(&project, &cfg).await;
+    assert_eq!(sb.info().exec_mode == ExecMode::PerCall, per_call);
+    let started = Instant::now();
+    // The background sleep holds stdout open: the stream only ends if it dies too.
+    let out = sb
+        .exec(ExecRequest::shell(
+            "sleep 1000 & sleep 1000",
+            Duration::from_secs(2),
+        ))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(out.timed_out, "{}", out.status_line());
+    assert!(took < Duration::from_secs(20), "returned after {took:?}");
+    let left = stdout_of(&sb, "ps -eo comm= | grep -c '^sleep$' || true").await;
+    assert_eq!(left.trim(), "0", "sleep processes survived the timeout");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn timeout_ends_the_command_and_its_background_children() {
+    timeout_ends_the_tree(false).await;
+}
+
+#[tokio::test]
+async fn timeout_ends_the_tree_with_one_exec_per_call() {
+    timeout_ends_the_tree(true).await;
+}
+
+#[tokio::test]
+async fn background_processes_do_not_outlive_a_command() {
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let out = sb.exec(shell("sleep 1000 & echo started")).await.unwrap();
+    assert!(out.success());
+    assert_eq!(out.stdout.to_text(), "started\n");
+    let ps = stdout_of(&sb, "ps -eo user=,comm=").await;
+    assert!(!ps.contains("sleep"), "{ps}");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_flood_of_output_is_cut_to_the_bound() {
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let req = ExecRequest::shell(
+        "head -c 200000000 /dev/zero | tr '\\0' x; echo; echo the-end",
+        Duration::from_secs(120),
+    )
+    .capture(4096, 4096);
+    let out = sb.exec(req).await.unwrap();
+    assert!(out.success(), "{}", out.status_line());
+    assert_eq!(out.stdout.total, 200_000_000 + 1 + 8);
+    assert_eq!(out.stdout.head.len() + out.stdout.tail.len(), 8192);
+    assert!(out.stdout.to_text().ends_with("x\nthe-end\n"));
+    assert!(out.stdout.to_text().contains("cut"));
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn exit_codes_stdin_and_missing_programs() {
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let out = sb.exec(shell("echo out; echo err >&2; exit 3")).await.unwrap();
+    assert_eq!(
+        (
+            out.exit_code,
+            out.stdout.to_text().as_str(),
+            out.stderr.to_text().as_str()
+        ),
+        (3, "out\n", "err\n")
+    );
+    let out = sb
+        .exec(ExecRequest::argv(["cat"], Duration::from_secs(10)).stdin(b"piped in".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.to_text(), "piped in");
+    // Without stdin a reader gets EOF at once instead of waiting for the timeout.
+    let out = sb
+        .exec(ExecRequest::argv(["cat"], Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(out.success() && out.stdout.is_empty());
+    let out = sb
+        .exec(ExecRequest::argv(["no-such-program"], Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 127);
+    let out = sb.exec(shell("kill -SEGV $$")).await.unwrap();
+    assert_eq!((out.exit_code, out.signal), (139, Some(11)));
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_command_that_kills_the_executor_does_not_end_the_session() {
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    // Every process of the sandbox user, the executor included.
+    let result = sb.exec(shell("kill -9 -1; sleep 5")).await;
+    assert!(result.is_err(), "the runner was killed mid-command: {result:?}");
+    assert_eq!(stdout_of(&sb, "echo still here").await, "still here\n");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn files_go_through_the_container() {
+    let project = Project::new(&[("src/app.py", "print('hi')\n"), ("notes.md", "one\ntwo\n")]);
+    std::fs::set_permissions(project.file("src/app.py"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "host-secret-marker").unwrap();
+    std::os::unix::fs::symlink(&secret, project.file("link-to-secret")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), project.file("link-to-dir")).unwrap();
+    std::os::unix::fs::symlink("notes.md", project.file("link-inside")).unwrap();
+    project.chown_all();
+    let sb = sandbox(&project).await;
+    let ws = Workspace::new(&sb);
+
+    let f = ws.read("notes.md", 1 << 20).await.unwrap();
+    assert_eq!((f.data.as_slice(), f.size), (&b"one\ntwo\n"[..], 8));
+    let f = ws.read("notes.md", 3).await.unwrap();
+    assert_eq!((f.data.as_slice(), f.size, f.complete()), (&b"one"[..], 8, false));
+    assert_eq!(ws.read("link-inside", 100).await.unwrap().data, b"one\ntwo\n");
+
+    for escape in [
+        "../etc/passwd",
+        "/etc/passwd",
+        "link-to-secret",
+        "link-to-dir/secret.txt",
+        "src/../../x",
+    ] {
+        match ws.read(escape, 100).await {
+            Err(FsError::Outside { .. }) => {}
+            other => panic!("{escape}: expected Outside, got {other:?}"),
+        }
+        assert!(
+            matches!(
+                ws.replace(escape, b"pwned".to_vec()).await,
+                Err(FsError::Outside { .. })
+            ),
+            "{escape}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host-secret-marker");
+    assert!(matches!(
+        ws.read("missing.txt", 10).await,
+        Err(FsError::NotFound(_))
+    ));
+    assert!(matches!(ws.read("src", 10).await, Err(FsError::IsDirectory(_))));
+
+    ws.replace("src/app.py", b"print('bye')\n".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(project.read("src/app.py"), "print('bye')\n");
+    let meta = std::fs::metadata(project.file("src/app.py")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o750, "mode kept");
+    assert_eq!(meta.uid(), project.owner().0);
+
+    ws.create("new/dir/file.py", b"x = 1\n".to_vec()).await.unwrap();
+    assert_eq!(project.read("new/dir/file.py"), "x = 1\n");
+    assert!(matches!(
+        ws.create("notes.md", b"".to_vec()).await,
+        Err(FsError::Exists(_))
+    ));
+    assert!(matches!(
+        ws.replace("nope.py", b"".to_vec()).await,
+        Err(FsError::NotFound(_))
+    ));
+    // No temporary files are left behind.
+    let leftovers: Vec<_> = walk(project.path())
+        .into_iter()
+        .filter(|p| p.contains(".agentbox-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let listing = ws.list(".", 100).await.unwrap();
+    assert!(
+        listing.lines.contains(&"src/app.py".to_string()),
+        "{:?}",
+        listing.lines
+    );
+    assert!(
+        !listing.lines.iter().any(|l| l.contains("secret")),
+        "{:?}",
+        listing.lines
+    );
+    let cut = ws.list(".", 2).await.unwrap();
+    assert_eq!(cut.lines.len(), 2);
+    assert!(cut.total > 2);
+
+    let hits = ws.search("bye", ".", 10).await.unwrap();
+    assert_eq!(hits.lines, vec!["src/app.py:1:print('bye')".to_string()]);
+    let hits = ws.search("host-secret", ".", 10).await.unwrap();
+    assert!(hits.lines.is_empty(), "{:?}", hits.lines);
+    assert!(matches!(
+        ws.search("(", ".", 10).await,
+        Err(FsError::Failed { .. })
+    ));
+    sb.shutdown().await.unwrap();
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        out.push(path.display().to_string());
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&path));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn shutdown_removes_the_container() {
+    let docker = docker().await;
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let id = sb.info().container_id.clone();
+    assert!(container_exists(&docker, &id).await);
+    sb.shutdown().await.unwrap();
+    assert!(!container_exists(&docker, &id).await);
+    assert!(
+        sb.exec(shell("true")).await.is_err(),
+        "a shut-down sandbox refuses work"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_sandbox_removes_its_container() {
+    let docker = docker().await;
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let id = sb.info().container_id.clone();
+    drop(sb);
+    let gone = eventually(Duration::from_secs(30), || async {
+        !container_exists(&docker, &id).await
+    })
+    .await;
+    assert!(gone, "container {id} outlived its sandbox");
+}
+
+#[tokio::test]
+async fn a_container_killed_from_outside_is_reported() {
+    let docker = docker().await;
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let id = sb.info().container_id.clone();
+    let killer = {
+        let docker = docker.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            docker
+                .kill_container(&id, None::<bollard::query_parameters::KillContainerOptions>)
+                .await
+        })
+    };
+    let result = sb.exec(shell("sleep 30")).await;
+    killer.await.unwrap().unwrap();
+    let err = result.expect_err("the container died under the command");
+    assert!(err.to_string().contains("container"), "{err}");
+    assert!(sb.exec(shell("true")).await.is_err());
+    sb.shutdown().await.unwrap();
+    assert!(!container_exists(&docker, &id).await);
+}

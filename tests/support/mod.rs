@@ -1,0 +1,175 @@
+//! Helpers for the integration tests: real Docker, real image, real projects on disk.
+#![allow(dead_code)]
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use agentbox::config::SandboxConfig;
+use agentbox::sandbox::{DockerSandbox, connect_docker};
+use bollard::Docker;
+
+/// The uid:gid test projects are given when the tests run as root, so the sandbox runs as an
+/// ordinary user the way it does for people.
+pub const TEST_UID: u32 = 4242;
+
+pub async fn docker() -> Docker {
+    let docker = connect_docker()
+        .await
+        .unwrap_or_else(|e| panic!("these tests need a Docker daemon: {e}"));
+    let image = agentbox::image::DEFAULT_IMAGE;
+    let present = agentbox::image::image_exists(&docker, image)
+        .await
+        .expect("inspect image");
+    assert!(
+        present,
+        "these tests need the image {image}: run `just image` (or `agentbox image build --offline`)"
+    );
+    docker
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A project directory on the host, removed on drop.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    /// Files given as (relative path, content). Owned by [`TEST_UID`] when we are root.
+    pub fn new(files: &[(&str, &str)]) -> Project {
+        let dir = tempfile::Builder::new()
+            .prefix("agentbox-test-")
+            .tempdir()
+            .expect("tempdir");
+        for (path, content) in files {
+            let full = dir.path().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, content).unwrap();
+        }
+        let p = Project { dir };
+        p.chown_all();
+        p
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.file(rel)).unwrap()
+    }
+
+    pub fn owner(&self) -> (u32, u32) {
+        let m = std::fs::metadata(self.path()).unwrap();
+        (m.uid(), m.gid())
+    }
+
+    /// Give everything to the test user (after adding files, e.g. a `.git`).
+    pub fn chown_all(&self) {
+        if is_root() {
+            let status = Command::new("chown")
+                .args(["-R", &format!("{TEST_UID}:{TEST_UID}")])
+                .arg(self.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+
+    pub fn git_init(&self) {
+        let status = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(self.path())
+            .status()
+            .expect("git");
+        assert!(status.success());
+        self.chown_all();
+    }
+}
+
+pub fn config() -> SandboxConfig {
+    let args = agentbox::cli::SandboxArgs {
+        image: agentbox::image::DEFAULT_IMAGE.into(),
+        command_timeout: 60,
+        memory: "1g".into(),
+        cpus: None,
+        pids_limit: 256,
+        tmp_size: "256m".into(),
+        max_file_size: "1g".into(),
+        runtime: None,
+        per_call_exec: false,
+    };
+    SandboxConfig::from_args(&args).unwrap()
+}
+
+pub async fn sandbox_with(project: &Project, cfg: &SandboxConfig) -> DockerSandbox {
+    let docker = docker().await;
+    let spec = cfg.bind_spec(project.path()).expect("spec");
+    DockerSandbox::create(&docker, spec).await.expect("sandbox")
+}
+
+pub async fn sandbox(project: &Project) -> DockerSandbox {
+    sandbox_with(project, &config()).await
+}
+
+/// The agentbox binary under test.
+pub fn agentbox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agentbox"))
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run agentbox")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Containers labelled by the agentbox process `pid`.
+pub async fn containers_of_pid(docker: &Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters =
+        std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .expect("list containers")
+        .len()
+}
+
+pub async fn container_exists(docker: &Docker, id: &str) -> bool {
+    docker.inspect_container(id, None).await.is_ok()
+}
+
+/// Poll `check` until it holds or `limit` passes; returns whether it held. For waiting on
+/// something to happen, not for asserting how fast it happens.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
