@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::image::DEFAULT_IMAGE;
+use crate::model::ToolChoice;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +26,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Let the model work on a project until the task is done; the harness checks the result.
+    Run(RunArgs),
+    /// An interactive session with the model, on one sandbox that lives for the whole session.
+    Chat(ChatArgs),
+    /// Run the bundled example: a live model when an API key is set, else a scripted replay.
+    Demo(DemoArgs),
     /// Run one command in a fresh sandbox and print its output; exits with its status.
     Exec(ExecArgs),
     /// Check Docker, the image and the sandbox policy; print a fix for each problem.
@@ -138,4 +145,142 @@ pub struct ImageBuildArgs {
     /// Rebuild even if the image exists.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Provider {
+    /// Anthropic Messages API (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL).
+    Anthropic,
+    /// OpenAI-compatible Chat Completions: OpenAI, Ollama, llama.cpp, vLLM (OPENAI_API_KEY, OPENAI_BASE_URL).
+    Openai,
+    /// Replay assistant turns from a JSON file (--script).
+    Scripted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ToolProtocol {
+    /// The provider's own tool calling.
+    #[default]
+    Native,
+    /// Tools described in the prompt, calls parsed from `tool: NAME({json})` lines.
+    Text,
+}
+
+/// Which model, and how to talk to it.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model provider [default: anthropic if ANTHROPIC_API_KEY is set, else openai if
+    /// OPENAI_API_KEY or OPENAI_BASE_URL is set].
+    #[arg(long, env = "AGENTBOX_PROVIDER", value_enum)]
+    pub provider: Option<Provider>,
+
+    /// Model name [default: claude-sonnet-4-5 (anthropic), gpt-4.1 (openai)].
+    #[arg(long, env = "AGENTBOX_MODEL")]
+    pub model: Option<String>,
+
+    /// API base URL [default: ANTHROPIC_BASE_URL or OPENAI_BASE_URL, else the provider's own].
+    /// Anthropic's has no /v1; OpenAI-compatible ones end in /v1.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+
+    /// The JSON file of assistant turns the scripted provider replays.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+
+    /// `required` makes the model call a tool every turn and adds a `finish` tool that ends
+    /// the run (small local models need this).
+    #[arg(long, value_enum, default_value_t = ToolChoice::Auto)]
+    pub tool_choice: ToolChoice,
+
+    /// How tools are offered to the model.
+    #[arg(long, value_enum, default_value_t = ToolProtocol::Native)]
+    pub tool_protocol: ToolProtocol,
+
+    /// Sampling temperature [default: the provider's].
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f32>,
+
+    /// Most tokens in one model reply.
+    #[arg(long, value_name = "N", default_value_t = 8192)]
+    pub max_tokens: u32,
+
+    /// Seconds to wait for one model reply before retrying.
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout: u64,
+
+    /// Retries of a failed model request (429, 5xx, 529, connection errors), with backoff.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub max_retries: u32,
+}
+
+/// Settings shared by `run`, `chat` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Most model turns before the run stops (exit 3).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: u32,
+
+    /// The project's test command [default: detected, e.g. pytest].
+    #[arg(long, value_name = "CMD")]
+    pub test_cmd: Option<String>,
+
+    /// No `bash` tool: only list_files, read_file, edit_file, search and run_tests.
+    #[arg(long)]
+    pub no_shell: bool,
+
+    /// Write every request, response, tool call and result to FILE as JSON lines (secrets
+    /// redacted).
+    #[arg(long, value_name = "FILE")]
+    pub trajectory: Option<PathBuf>,
+
+    /// Show each edit as a diff and each shell command, and ask before running it; "n" is sent
+    /// to the model as a refusal.
+    #[arg(long)]
+    pub approve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+
+    /// Print the final report as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    /// The project directory, mounted at /workspace.
+    pub project: PathBuf,
+
+    /// What to do [default: "The test suite is failing. Find out why and fix the code."].
+    #[arg(value_name = "TASK")]
+    pub task: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+
+    /// The project directory, mounted at /workspace.
+    pub project: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+
+    /// Print the final report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Put the example's copy here (kept afterwards) instead of a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }

@@ -3,7 +3,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::SandboxArgs;
+use crate::cli::{AgentArgs, ModelArgs, Provider, SandboxArgs, ToolProtocol};
+use crate::model::anthropic::Anthropic;
+use crate::model::openai::OpenAi;
+use crate::model::retry::RetryPolicy;
+use crate::model::scripted::Scripted;
+use crate::model::text_protocol::TextProtocol;
+use crate::model::{HttpSettings, ModelClient, ModelError, RetryObserver, ToolChoice};
 use crate::sandbox::{Limits, SandboxSpec, parse_size};
 
 /// A bad flag value or configuration: exit status 2, message to the user, no stack trace.
@@ -80,4 +86,181 @@ impl SandboxConfig {
 
 pub fn new_session_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
+}
+
+/// The model settings, resolved: which provider, where, with which key.
+#[derive(Clone)]
+pub struct ModelConfig {
+    pub provider: Provider,
+    pub model: String,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub script: Option<std::path::PathBuf>,
+    pub tool_choice: ToolChoice,
+    pub tool_protocol: ToolProtocol,
+    pub temperature: Option<f32>,
+    pub max_tokens: u32,
+    pub request_timeout: Duration,
+    pub max_retries: u32,
+}
+
+impl std::fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+pub const NO_PROVIDER: &str = "no model is configured: set ANTHROPIC_API_KEY (Anthropic), or \
+     OPENAI_API_KEY / OPENAI_BASE_URL (OpenAI or a local OpenAI-compatible server such as Ollama or \
+     llama.cpp), or replay a script with --provider scripted --script FILE";
+
+impl ModelConfig {
+    pub fn from_args(args: &ModelArgs) -> Result<Self, UsageError> {
+        let provider = match (args.provider, &args.script) {
+            (Some(p), _) => p,
+            (None, Some(_)) => Provider::Scripted,
+            (None, None) if env_nonempty("ANTHROPIC_API_KEY").is_some() => Provider::Anthropic,
+            (None, None)
+                if env_nonempty("OPENAI_API_KEY").is_some() || env_nonempty("OPENAI_BASE_URL").is_some() =>
+            {
+                Provider::Openai
+            }
+            (None, None) => return Err(UsageError(NO_PROVIDER.into())),
+        };
+        let (key_var, base_var, default_base, default_model) = match provider {
+            Provider::Anthropic => (
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_BASE_URL",
+                crate::model::anthropic::DEFAULT_BASE_URL,
+                crate::model::anthropic::DEFAULT_MODEL,
+            ),
+            Provider::Openai => (
+                "OPENAI_API_KEY",
+                "OPENAI_BASE_URL",
+                crate::model::openai::DEFAULT_BASE_URL,
+                crate::model::openai::DEFAULT_MODEL,
+            ),
+            Provider::Scripted => ("", "", "", "scripted"),
+        };
+        let api_key = if key_var.is_empty() {
+            None
+        } else {
+            env_nonempty(key_var)
+        };
+        if provider == Provider::Anthropic && api_key.is_none() {
+            return Err(UsageError(
+                "--provider anthropic needs ANTHROPIC_API_KEY in the environment".into(),
+            ));
+        }
+        if provider == Provider::Scripted && args.script.is_none() {
+            return Err(UsageError("--provider scripted needs --script FILE".into()));
+        }
+        let base_url = args
+            .base_url
+            .clone()
+            .or_else(|| {
+                if base_var.is_empty() {
+                    None
+                } else {
+                    env_nonempty(base_var)
+                }
+            })
+            .unwrap_or_else(|| default_base.to_string());
+        if provider != Provider::Scripted
+            && !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+        {
+            return Err(UsageError(format!(
+                "--base-url {base_url:?}: must start with http:// or https://"
+            )));
+        }
+        if let Some(t) = args.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(UsageError(format!("--temperature {t}: must be between 0 and 2")));
+        }
+        Ok(ModelConfig {
+            provider,
+            model: args.model.clone().unwrap_or_else(|| default_model.to_string()),
+            base_url,
+            api_key,
+            script: args.script.clone(),
+            tool_choice: args.tool_choice,
+            tool_protocol: args.tool_protocol,
+            temperature: args.temperature,
+            max_tokens: args.max_tokens,
+            request_timeout: Duration::from_secs(args.request_timeout),
+            max_retries: args.max_retries,
+        })
+    }
+
+    /// The client, wrapped for the text tool protocol when asked.
+    pub fn client(&self, on_retry: Option<RetryObserver>) -> Result<Box<dyn ModelClient>, ModelError> {
+        let settings = HttpSettings {
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.clone(),
+            model: self.model.clone(),
+            request_timeout: self.request_timeout,
+            retry: RetryPolicy {
+                max_retries: self.max_retries,
+                ..Default::default()
+            },
+            on_retry,
+        };
+        let inner: Box<dyn ModelClient> = match self.provider {
+            Provider::Anthropic => Box::new(Anthropic::new(settings)?),
+            Provider::Openai => Box::new(OpenAi::new(settings)?),
+            Provider::Scripted => Box::new(Scripted::from_file(
+                self.script.as_deref().expect("checked in from_args"),
+            )?),
+        };
+        Ok(match self.tool_protocol {
+            ToolProtocol::Native => inner,
+            ToolProtocol::Text => Box::new(TextProtocol::new(inner)),
+        })
+    }
+
+    /// Values that must never be written anywhere.
+    pub fn secrets(&self) -> Vec<String> {
+        self.api_key.iter().cloned().collect()
+    }
+}
+
+/// Everything `run`, `chat` and `demo` need, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub sandbox: SandboxConfig,
+    pub model: ModelConfig,
+    pub max_steps: u32,
+    pub test_cmd: Option<String>,
+    pub shell: bool,
+    pub trajectory: Option<std::path::PathBuf>,
+    pub approve: bool,
+}
+
+impl AgentSettings {
+    pub fn from_args(args: &AgentArgs) -> Result<Self, UsageError> {
+        if let Some(cmd) = &args.test_cmd
+            && cmd.trim().is_empty()
+        {
+            return Err(UsageError("--test-cmd: must not be empty".into()));
+        }
+        Ok(AgentSettings {
+            sandbox: SandboxConfig::from_args(&args.sandbox)?,
+            model: ModelConfig::from_args(&args.model)?,
+            max_steps: args.max_steps,
+            test_cmd: args.test_cmd.clone(),
+            shell: !args.no_shell,
+            trajectory: args.trajectory.clone(),
+            approve: args.approve,
+        })
+    }
 }

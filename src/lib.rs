@@ -2,10 +2,16 @@
 //!
 //! The library exists so integration tests and benchmarks drive the same code the binary runs.
 
+pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod events;
 pub mod image;
+pub mod model;
+pub mod report;
 pub mod sandbox;
+pub mod session;
+pub mod tools;
 pub mod workspace;

@@ -1,9 +1,12 @@
 //! One file per subcommand; each returns the process exit status.
 
+pub mod chat;
+pub mod demo;
 pub mod doctor;
 pub mod exec;
 pub mod gc;
 pub mod image;
+pub mod run;
 
 use std::path::Path;
 

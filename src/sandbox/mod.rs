@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use capture::{Captured, HeadTail};
+pub use capture::{Captured, HeadTail, human_bytes};
 pub use docker::{DockerSandbox, bind_workspace, connect_docker, docker_endpoint, remove_live_containers};
 pub use policy::{HARNESS_DIR, HOME, Limits, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size};
 

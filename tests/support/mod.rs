@@ -1,6 +1,8 @@
 //! Helpers for the integration tests: real Docker, real image, real projects on disk.
 #![allow(dead_code)]
 
+pub mod model_server;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,143 @@
+//! What changed: a snapshot of the project taken in the sandbox before the model starts, and a
+//! diff against it at the end, both computed inside the container by git.
+//!
+//! The snapshot lives in a private git directory on the harness tmpfs, never in the project's
+//! own `.git` (read-only, and its config is the repository's to set, not ours to run). With a
+//! separate `GIT_DIR`, no hook, fsmonitor or diff driver configured by the repository runs.
+//! For a git project, its object store is borrowed read-only (alternates) and its index
+//! copied, so the snapshot costs little more than hashing what is new.
+
+use std::time::Duration;
+
+use crate::report::ChangedFile;
+use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
+use crate::workspace::SKIPPED_DIRS;
+
+fn env_prefix() -> String {
+    format!(
+        "export GIT_DIR={HARNESS_DIR}/baseline.git GIT_WORK_TREE=/workspace GIT_CONFIG_NOSYSTEM=1 \
+         GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0\n"
+    )
+}
+
+fn snapshot_script() -> String {
+    let excludes: Vec<String> = SKIPPED_DIRS.iter().map(|d| format!("'/{d}/' '{d}/'")).collect();
+    format!(
+        r#"set -e
+{env}rm -rf "$GIT_DIR"
+git init -q
+git config core.autocrlf false
+git config core.quotepath false
+git config gc.auto 0
+printf '%s\n' {excludes} '*.pyc' > "$GIT_DIR/info/exclude"
+if [ -d /workspace/.git/objects ]; then
+  echo /workspace/.git/objects > "$GIT_DIR/objects/info/alternates"
+  cp /workspace/.git/index "$GIT_DIR/index" 2>/dev/null || true
+fi
+git add -A 2>/dev/null
+git write-tree > "$GIT_DIR/BASELINE"
+"#,
+        env = env_prefix(),
+        excludes = excludes.join(" ")
+    )
+}
+
+fn diff_script(binary: bool) -> String {
+    format!(
+        r#"set -e
+{env}git add -A 2>/dev/null
+base=$(cat "$GIT_DIR/BASELINE")
+if [ "$1" = numstat ]; then exec git diff --cached --no-renames --numstat "$base"; fi
+exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames {binary} "$base"
+"#,
+        env = env_prefix(),
+        binary = if binary { "--binary --full-index" } else { "" }
+    )
+}
+
+/// Snapshot the project as it is now. An error here only costs the diff, not the run.
+pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
+    let req = ExecRequest::argv(["/bin/sh", "-c", &snapshot_script()], timeout).capture(8192, 8192);
+    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
+    if out.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the snapshot failed ({}): {}",
+            out.status_line(),
+            out.stderr.to_text().trim()
+        ))
+    }
+}
+
+/// The unified diff against the snapshot, up to `max_bytes` (then cut, and marked).
+pub async fn diff(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+    max_bytes: usize,
+    binary: bool,
+) -> Result<String, String> {
+    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(binary), "sh", "patch"], timeout)
+        .capture(max_bytes, 0);
+    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
+    if !out.success() {
+        return Err(format!(
+            "git diff failed ({}): {}",
+            out.status_line(),
+            out.stderr.to_text().trim()
+        ));
+    }
+    Ok(out.stdout.to_text())
+}
+
+/// Files changed since the snapshot, with line counts (`None` for binary files).
+pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<ChangedFile>, String> {
+    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(false), "sh", "numstat"], timeout)
+        .capture(1 << 20, 0);
+    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
+    if !out.success() {
+        return Err(format!(
+            "git diff failed ({}): {}",
+            out.status_line(),
+            out.stderr.to_text().trim()
+        ));
+    }
+    Ok(parse_numstat(&out.stdout.to_text()))
+}
+
+pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, '\t');
+            let added = parts.next()?;
+            let removed = parts.next()?;
+            let path = parts.next()?;
+            Some(ChangedFile {
+                path: path.to_string(),
+                added: added.parse().ok(),
+                removed: removed.parse().ok(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numstat_parses_text_and_binary_files() {
+        let files = parse_numstat("3\t1\tsrc/a.py\n-\t-\timg.png\n");
+        assert_eq!(files.len(), 2);
+        assert_eq!((files[0].added, files[0].removed), (Some(3), Some(1)));
+        assert_eq!(files[1].added, None);
+    }
+
+    #[test]
+    fn the_scripts_never_touch_the_projects_git_config() {
+        let s = snapshot_script();
+        assert!(s.contains("GIT_DIR=/run/agentbox/baseline.git"));
+        assert!(s.contains("GIT_CONFIG_NOSYSTEM=1"));
+        assert!(diff_script(true).contains("--no-ext-diff --no-textconv"));
+    }
+}

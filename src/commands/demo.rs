@@ -1,0 +1,73 @@
+//! `agentbox demo`: the bundled example, fixed by a live model when a key is set, otherwise by
+//! a scripted replay that says so.
+
+use std::path::PathBuf;
+
+use crate::cli::{DemoArgs, Provider};
+use crate::config::{AgentSettings, UsageError};
+
+use super::run::{DEFAULT_TASK, print_report, run_task};
+
+/// The example project, compiled in so `agentbox demo` works from any directory.
+const FILES: &[(&str, &str)] = &[
+    ("library.py", include_str!("../../examples/demo/library.py")),
+    (
+        "test_library.py",
+        include_str!("../../examples/demo/test_library.py"),
+    ),
+    ("AGENTS.md", include_str!("../../examples/demo/AGENTS.md")),
+];
+const SCRIPT: &str = include_str!("../../examples/demo.script.json");
+
+pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
+    let keys = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
+    let model = &mut args.agent.model;
+    let script_file = tempfile::Builder::new()
+        .prefix("demo-script-")
+        .suffix(".json")
+        .tempfile()?;
+    let replay = model.provider.is_none() && model.script.is_none() && !keys;
+    if replay {
+        std::fs::write(script_file.path(), SCRIPT)?;
+        model.provider = Some(Provider::Scripted);
+        model.script = Some(script_file.path().to_path_buf());
+        eprintln!(
+            "agentbox demo: no API key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENAI_BASE_URL), so this \
+             is a SCRIPTED REPLAY of a model's turns, not a live model. The sandbox, the tools, the diff \
+             and the final test run are all real.\n"
+        );
+    }
+    let settings = AgentSettings::from_args(&args.agent)?;
+
+    let temp = tempfile::Builder::new().prefix("agentbox-demo-").tempdir()?;
+    let dir: PathBuf = match &args.dir {
+        Some(d) => {
+            if d.exists() && std::fs::read_dir(d)?.next().is_some() {
+                return Err(UsageError(format!("--dir {}: exists and is not empty", d.display())).into());
+            }
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => temp.path().to_path_buf(),
+    };
+    for (name, body) in FILES {
+        std::fs::write(dir.join(name), body)?;
+    }
+    eprintln!(
+        "agentbox demo: a copy of the example (3 of its 5 tests fail) is in {}\n",
+        dir.display()
+    );
+    let report = run_task(&settings, &dir, DEFAULT_TASK).await?;
+    print_report(&report, args.json)?;
+    if replay {
+        eprintln!(
+            "\nagentbox demo: that was a scripted replay. Set ANTHROPIC_API_KEY (or OPENAI_API_KEY) to watch a live model."
+        );
+    }
+    if args.dir.is_some() {
+        eprintln!("agentbox demo: the fixed copy is in {}", dir.display());
+    }
+    Ok(report.exit_code)
+}

@@ -1,0 +1,45 @@
+//! `agentbox run PROJECT [TASK]...`
+
+use std::path::Path;
+
+use crate::cli::RunArgs;
+use crate::config::AgentSettings;
+use crate::events::{Event, EventSink};
+use crate::model::Message;
+use crate::report::Report;
+use crate::session::{Session, event_sinks};
+
+pub const DEFAULT_TASK: &str = "The test suite is failing. Find out why and fix the code.";
+
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let settings = AgentSettings::from_args(&args.agent)?;
+    let task = if args.task.is_empty() {
+        DEFAULT_TASK.to_string()
+    } else {
+        args.task.join(" ")
+    };
+    let report = run_task(&settings, &args.project, &task).await?;
+    print_report(&report, args.json)?;
+    Ok(report.exit_code)
+}
+
+/// Open a session on `project`, let the model work on `task`, check, report, clean up.
+pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> anyhow::Result<Report> {
+    let events = event_sinks(settings)?;
+    let session = Session::open(settings, project, events.clone()).await?;
+    let mut messages = vec![Message::user_text(task)];
+    let result = session.agent().run(&mut messages).await;
+    let report = session.report(&result).await;
+    events.emit(&Event::Finished { report: &report });
+    session.close().await;
+    Ok(report)
+}
+
+pub fn print_report(report: &Report, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", report.render(200));
+    }
+    Ok(())
+}

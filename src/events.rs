@@ -1,0 +1,342 @@
+//! What the loop reports. The loop prints nothing itself: the terminal printer and the
+//! trajectory writer subscribe to these events.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::model::{Request, ToolCall, Turn};
+use crate::report::Report;
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event<'a> {
+    Started {
+        session: String,
+        model: String,
+        project: String,
+        image: String,
+        exec_mode: String,
+        tools: Vec<String>,
+        test_command: Option<String>,
+    },
+    ModelRequest {
+        step: u32,
+        request: &'a Request,
+    },
+    ModelResponse {
+        step: u32,
+        turn: &'a Turn,
+        elapsed_ms: u64,
+        estimated_usage: bool,
+    },
+    Retry {
+        attempt: u32,
+        wait_ms: u64,
+        reason: String,
+    },
+    ToolStarted {
+        step: u32,
+        call: &'a ToolCall,
+    },
+    ToolFinished {
+        step: u32,
+        call_id: &'a str,
+        name: &'a str,
+        content: &'a str,
+        is_error: bool,
+        elapsed_ms: u64,
+    },
+    Note {
+        message: String,
+    },
+    Verifying {
+        command: String,
+    },
+    Finished {
+        report: &'a Report,
+    },
+}
+
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: &Event<'_>);
+}
+
+/// Sends every event to each sink in turn.
+#[derive(Default)]
+pub struct Fanout(pub Vec<Box<dyn EventSink>>);
+
+impl EventSink for Fanout {
+    fn emit(&self, event: &Event<'_>) {
+        for s in &self.0 {
+            s.emit(event);
+        }
+    }
+}
+
+/// Replaces every known secret with `[REDACTED]`; applied to everything written to disk.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
+        // Short values would redact ordinary words; real keys are long.
+        Redactor {
+            secrets: secrets.into_iter().filter(|s| s.len() >= 8).collect(),
+        }
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), "[REDACTED]");
+            }
+        }
+        out
+    }
+}
+
+/// JSONL: one event per line, with a timestamp, flushed as it happens so a killed run keeps
+/// its trajectory.
+pub struct TrajectoryWriter {
+    file: Mutex<std::io::BufWriter<std::fs::File>>,
+    redactor: Redactor,
+}
+
+impl TrajectoryWriter {
+    pub fn create(path: &Path, redactor: Redactor) -> std::io::Result<Self> {
+        let file = std::fs::File::create(path)?;
+        Ok(TrajectoryWriter {
+            file: Mutex::new(std::io::BufWriter::new(file)),
+            redactor,
+        })
+    }
+}
+
+impl EventSink for TrajectoryWriter {
+    fn emit(&self, event: &Event<'_>) {
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let mut value = serde_json::to_value(event).unwrap_or_default();
+        value["ts"] = serde_json::json!((ts * 1000.0).round() / 1000.0);
+        let line = self.redactor.redact(&value.to_string());
+        let mut f = self.file.lock().expect("trajectory lock");
+        let _ = writeln!(f, "{line}");
+        let _ = f.flush();
+    }
+}
+
+/// Progress on stderr, like the seed's `--- step N: ...` lines, with a spinner while waiting on
+/// the model or a command when stderr is a terminal.
+pub struct Printer {
+    spinner: Spinner,
+}
+
+impl Default for Printer {
+    fn default() -> Self {
+        Printer {
+            spinner: Spinner::new(std::io::stderr().is_terminal()),
+        }
+    }
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        format!("{}…", flat.chars().take(max).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+impl EventSink for Printer {
+    fn emit(&self, event: &Event<'_>) {
+        self.spinner.stop();
+        let mut err = std::io::stderr().lock();
+        match event {
+            Event::Started {
+                session,
+                model,
+                image,
+                exec_mode,
+                test_command,
+                ..
+            } => {
+                let _ = writeln!(
+                    err,
+                    "agentbox: session {session}: {model}; sandbox {image} ({exec_mode})"
+                );
+                if let Some(cmd) = test_command {
+                    let _ = writeln!(err, "agentbox: test command: {cmd}");
+                }
+            }
+            Event::ModelRequest { step, .. } => {
+                drop(err);
+                self.spinner.start(format!("step {step}: waiting for the model"));
+            }
+            Event::ModelResponse {
+                step,
+                turn,
+                estimated_usage,
+                ..
+            } => {
+                let approx = if *estimated_usage { "≈" } else { "=" };
+                let _ = writeln!(
+                    err,
+                    "--- step {step}: stop_reason={} in{approx}{} out{approx}{}",
+                    turn.stop,
+                    turn.usage.total_input(),
+                    turn.usage.output_tokens
+                );
+                let text = turn.text();
+                for line in text.lines().filter(|l| !l.trim().is_empty()).take(6) {
+                    let _ = writeln!(err, "  {}", one_line(line, 160));
+                }
+            }
+            Event::Retry {
+                attempt,
+                wait_ms,
+                reason,
+            } => {
+                let _ = writeln!(
+                    err,
+                    "  (model request failed: {}; retry {attempt} in {:.1}s)",
+                    one_line(reason, 120),
+                    *wait_ms as f64 / 1000.0
+                );
+            }
+            Event::ToolStarted { call, .. } => {
+                let _ = writeln!(
+                    err,
+                    "[{}] {}",
+                    call.name,
+                    one_line(&call.arguments.to_json_text(), 120)
+                );
+                drop(err);
+                self.spinner.start(format!("running {}", call.name));
+            }
+            Event::ToolFinished {
+                content,
+                is_error,
+                name,
+                ..
+            } => {
+                if *is_error {
+                    let _ = writeln!(err, "  ! {}", one_line(content, 160));
+                } else if *name == "run_tests" || *name == "bash" {
+                    let last = content.lines().last().unwrap_or_default();
+                    let _ = writeln!(err, "  → {}", one_line(last, 120));
+                }
+            }
+            Event::Note { message } => {
+                let _ = writeln!(err, "agentbox: {message}");
+            }
+            Event::Verifying { command } => {
+                let _ = writeln!(err, "agentbox: verifying: running `{command}` in the sandbox");
+                drop(err);
+                self.spinner.start("running the tests".into());
+            }
+            Event::Finished { .. } => {}
+        }
+    }
+}
+
+/// A one-line spinner on stderr, cleared before the next line is printed.
+struct Spinner {
+    enabled: bool,
+    state: Arc<Mutex<Option<(String, Instant)>>>,
+}
+
+impl Spinner {
+    fn new(enabled: bool) -> Self {
+        let state: Arc<Mutex<Option<(String, Instant)>>> = Arc::new(Mutex::new(None));
+        if enabled && tokio::runtime::Handle::try_current().is_ok() {
+            let state = state.clone();
+            tokio::spawn(async move {
+                const FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+                let mut i = 0usize;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Drawn under the lock, so `stop` cannot interleave with a frame.
+                    let guard = state.lock().expect("spinner lock");
+                    if let Some((label, since)) = guard.as_ref() {
+                        i = (i + 1) % FRAMES.len();
+                        let mut err = std::io::stderr().lock();
+                        let _ = write!(
+                            err,
+                            "\r\x1b[2K{} {label} ({}s)",
+                            FRAMES[i],
+                            since.elapsed().as_secs()
+                        );
+                        let _ = err.flush();
+                    }
+                    if Arc::strong_count(&state) == 1 {
+                        break;
+                    }
+                }
+            });
+        }
+        Spinner { enabled, state }
+    }
+
+    fn start(&self, label: String) {
+        if self.enabled {
+            *self.state.lock().expect("spinner lock") = Some((label, Instant::now()));
+        }
+    }
+
+    fn stop(&self) {
+        if !self.enabled {
+            return;
+        }
+        let mut guard = self.state.lock().expect("spinner lock");
+        if guard.take().is_some() {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+impl Drop for Printer {
+    fn drop(&mut self) {
+        self.spinner.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_replaces_every_occurrence_of_long_secrets() {
+        let r = Redactor::new(["sk-ant-1234567890".to_string(), "short".to_string()]);
+        assert_eq!(
+            r.redact("key sk-ant-1234567890 and sk-ant-1234567890, short"),
+            "key [REDACTED] and [REDACTED], short"
+        );
+    }
+
+    #[test]
+    fn trajectory_lines_are_json_with_timestamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TrajectoryWriter::create(&path, Redactor::new(["secret-value-123".to_string()])).unwrap();
+        w.emit(&Event::Note {
+            message: "has secret-value-123 inside".into(),
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["event"], "note");
+        assert_eq!(v["message"], "has [REDACTED] inside");
+        assert!(v["ts"].as_f64().unwrap() > 1.0e9);
+    }
+}

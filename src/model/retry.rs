@@ -1,0 +1,295 @@
+//! Sending a model request with retries: backoff on overload and transient failures, honouring
+//! `retry-after`; an immediate, clear error on what no retry can fix (400, 401, 403, 404).
+//!
+//! A retry re-sends the same model request; tools are never re-run by it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::HeaderMap;
+
+use super::{ModelError, RetryObserver};
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub base: Duration,
+    /// Longest single wait, whatever `retry-after` asks for.
+    pub max_wait: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 4,
+            base: Duration::from_secs(1),
+            max_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Exponential backoff with ±25% jitter, so parallel runs do not retry in lockstep.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.base.saturating_mul(1u32 << attempt.min(10));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let jitter = 0.75 + (nanos % 1000) as f64 / 2000.0;
+        exp.mul_f64(jitter).min(self.max_wait)
+    }
+}
+
+/// Statuses worth retrying: rate limits, server errors, Anthropic's 529 "overloaded".
+pub fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529)
+}
+
+/// `retry-after` (seconds or an HTTP date) or `retry-after-ms`.
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return Some(Duration::from_secs_f64(secs.max(0.0)));
+    }
+    let when = httpdate_to_unix(value)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(when.saturating_sub(now)))
+}
+
+/// RFC 7231 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") to Unix seconds.
+fn httpdate_to_unix(s: &str) -> Option<u64> {
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    if parts.len() != 6 || parts[5] != "GMT" {
+        return None;
+    }
+    let day: u64 = parts[1].parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as u64
+        + 1;
+    let year: u64 = parts[3].parse().ok()?;
+    let hms: Vec<u64> = parts[4].split(':').filter_map(|p| p.parse().ok()).collect();
+    if hms.len() != 3 {
+        return None;
+    }
+    // Days from civil date (Howard Hinnant's algorithm).
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+}
+
+/// The `message` of a JSON error body (both providers' shapes), else the start of the body.
+pub fn error_message(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let msg = v
+            .pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .and_then(|m| m.as_str());
+        if let Some(m) = msg {
+            return m.to_string();
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        "(empty body)".into()
+    } else {
+        text.chars().take(500).collect()
+    }
+}
+
+/// POST `body` to `url`, retrying per `policy`; returns the successful response's body.
+pub async fn post_json(
+    provider: &'static str,
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &serde_json::Value,
+    policy: &RetryPolicy,
+    on_retry: Option<&RetryObserver>,
+) -> Result<bytes::Bytes, ModelError> {
+    let payload = serde_json::to_vec(body).expect("request serializes");
+    let mut attempt = 0u32;
+    loop {
+        let sent = client
+            .post(url)
+            .headers(headers.clone())
+            .body(payload.clone())
+            .send()
+            .await;
+        let (wait, reason, final_err) = match sent {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let hinted = retry_after(resp.headers());
+                // A body cut off mid-way is a transport failure, worth another try.
+                match resp.bytes().await {
+                    Ok(bytes) if (200..300).contains(&status) => return Ok(bytes),
+                    Ok(bytes) => {
+                        let message = error_message(&bytes);
+                        match status {
+                            401 | 403 => {
+                                return Err(ModelError::Auth {
+                                    provider,
+                                    status,
+                                    message,
+                                });
+                            }
+                            s if !retryable_status(s) => {
+                                return Err(ModelError::BadRequest {
+                                    provider,
+                                    status,
+                                    message,
+                                });
+                            }
+                            _ => {
+                                let reason = format!("{status}: {message}");
+                                let err = ModelError::Server {
+                                    provider,
+                                    status,
+                                    attempts: attempt + 1,
+                                    message,
+                                };
+                                (hinted, reason, err)
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let message = format!("the response body was cut off: {e}");
+                        let err = ModelError::Transport {
+                            provider,
+                            url: url.to_string(),
+                            attempts: attempt + 1,
+                            message: message.clone(),
+                        };
+                        (None, message, err)
+                    }
+                }
+            }
+            Err(e) => {
+                let message = describe_transport(&e);
+                let err = ModelError::Transport {
+                    provider,
+                    url: url.to_string(),
+                    attempts: attempt + 1,
+                    message: message.clone(),
+                };
+                (None, message, err)
+            }
+        };
+        if attempt >= policy.max_retries {
+            return Err(final_err);
+        }
+        let wait = wait
+            .map(|w| w.min(policy.max_wait))
+            .unwrap_or_else(|| policy.backoff(attempt));
+        attempt += 1;
+        tracing::info!(provider, attempt, wait_ms = wait.as_millis() as u64, %reason, "retrying model request");
+        if let Some(observe) = on_retry {
+            observe(attempt, wait, &reason);
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+fn describe_transport(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no response before the request timeout (--request-timeout)".into();
+    }
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg = format!("{msg}: {s}");
+        src = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderValue, RETRY_AFTER};
+
+    #[test]
+    fn retry_after_in_seconds_dates_and_ms() {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = HeaderMap::new();
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        assert_eq!(
+            retry_after(&h),
+            Some(Duration::ZERO),
+            "a date in the past means now"
+        );
+        assert_eq!(
+            httpdate_to_unix("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+    }
+
+    #[test]
+    fn which_statuses_retry() {
+        for s in [429, 500, 502, 503, 529] {
+            assert!(retryable_status(s), "{s}");
+        }
+        for s in [400, 401, 403, 404, 413, 422] {
+            assert!(!retryable_status(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            max_retries: 5,
+            base: Duration::from_secs(1),
+            max_wait: Duration::from_secs(5),
+        };
+        let b0 = p.backoff(0);
+        assert!(
+            b0 >= Duration::from_millis(750) && b0 <= Duration::from_millis(1250),
+            "{b0:?}"
+        );
+        assert!(p.backoff(2) >= Duration::from_secs(3));
+        assert_eq!(p.backoff(9), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn error_messages_from_both_providers() {
+        assert_eq!(
+            error_message(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
+            "Overloaded"
+        );
+        assert_eq!(
+            error_message(br#"{"error":{"message":"Invalid key","type":"invalid_request_error"}}"#),
+            "Invalid key"
+        );
+        assert_eq!(
+            error_message(b"<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
+        assert_eq!(error_message(b""), "(empty body)");
+    }
+}

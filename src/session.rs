@@ -1,0 +1,294 @@
+//! One agent session: a model client, a sandbox on the project, the tools, the event sinks.
+//! Shared by `run`, `chat` and `demo`.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, prompt};
+use crate::commands::open_sandbox;
+use crate::config::AgentSettings;
+use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
+use crate::model::{ModelClient, ToolChoice, pricing};
+use crate::report::{Outcome, Report, TestVerdict};
+use crate::sandbox::{DockerSandbox, Sandbox};
+use crate::tools::{Approval, Approver, ToolContext, ToolRegistry, ToolSettings, render_command};
+use crate::workspace::Workspace;
+
+/// Largest diff kept for the report.
+const MAX_DIFF_BYTES: usize = 4 << 20;
+
+pub struct Session {
+    pub sandbox: DockerSandbox,
+    pub model: Box<dyn ModelClient>,
+    pub tools: ToolRegistry,
+    pub tool_settings: ToolSettings,
+    pub system: String,
+    pub events: Arc<Fanout>,
+    pub agent_config: AgentConfig,
+    baseline_error: Option<String>,
+    approver: Option<TerminalApprover>,
+    started: Instant,
+}
+
+/// The progress printer, plus the trajectory file when asked for.
+pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
+    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(Printer::default())];
+    if let Some(path) = &settings.trajectory {
+        let writer = TrajectoryWriter::create(path, Redactor::new(settings.model.secrets()))
+            .map_err(|e| anyhow::anyhow!("cannot write the trajectory {}: {e}", path.display()))?;
+        sinks.push(Box::new(writer));
+    }
+    Ok(Arc::new(Fanout(sinks)))
+}
+
+impl Session {
+    pub async fn open(
+        settings: &AgentSettings,
+        project: &Path,
+        events: Arc<Fanout>,
+    ) -> anyhow::Result<Session> {
+        let observer_events = events.clone();
+        let on_retry: crate::model::RetryObserver = Arc::new(move |attempt, wait, reason: &str| {
+            observer_events.emit(&Event::Retry {
+                attempt,
+                wait_ms: wait.as_millis() as u64,
+                reason: reason.to_string(),
+            });
+        });
+        // The model client first: a missing script or key fails before any container starts.
+        let model = settings.model.client(Some(on_retry))?;
+        let (_docker, sandbox) = open_sandbox(&settings.sandbox, project).await?;
+        let timeout = settings.sandbox.command_timeout;
+        let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
+            .await
+            .err();
+        let test_command = match &settings.test_cmd {
+            Some(cmd) => Some(cmd.clone()),
+            None => {
+                let listing = Workspace::new(&sandbox).list(".", 5000).await?;
+                detect::test_command(&listing.lines)
+            }
+        };
+        let instructions = prompt::project_instructions(&sandbox).await?;
+        let finish = settings.model.tool_choice == ToolChoice::Required;
+        let tools = ToolRegistry::standard(settings.shell, finish);
+        let system = prompt::system_prompt(
+            test_command.as_deref(),
+            finish,
+            settings.shell,
+            instructions.as_deref(),
+        );
+        let tool_settings = ToolSettings {
+            command_timeout: timeout,
+            test_command,
+            ..Default::default()
+        };
+        events.emit(&Event::Started {
+            session: sandbox.info().session.clone(),
+            model: model.describe(),
+            project: project.display().to_string(),
+            image: sandbox.info().image.clone(),
+            exec_mode: sandbox.info().exec_mode.to_string(),
+            tools: tools.names().iter().map(|s| s.to_string()).collect(),
+            test_command: tool_settings.test_command.clone(),
+        });
+        if instructions.is_some() {
+            events.emit(&Event::Note {
+                message: "the project's AGENTS.md is part of the system prompt".into(),
+            });
+        }
+        Ok(Session {
+            sandbox,
+            model,
+            tools,
+            tool_settings,
+            system,
+            events,
+            agent_config: AgentConfig {
+                max_steps: settings.max_steps,
+                tool_choice: settings.model.tool_choice,
+                temperature: settings.model.temperature,
+                max_tokens: settings.model.max_tokens,
+                ..Default::default()
+            },
+            baseline_error,
+            approver: settings.approve.then_some(TerminalApprover),
+            started: Instant::now(),
+        })
+    }
+
+    pub fn agent(&self) -> Agent<'_> {
+        Agent {
+            model: self.model.as_ref(),
+            tools: &self.tools,
+            ctx: ToolContext {
+                sandbox: &self.sandbox,
+                settings: &self.tool_settings,
+                approver: self.approver.as_ref().map(|a| a as &dyn Approver),
+            },
+            events: self.events.as_ref(),
+            config: self.agent_config.clone(),
+            system: self.system.clone(),
+        }
+    }
+
+    /// Run the tests ourselves: the model's word is not evidence.
+    pub async fn verify(&self) -> TestVerdict {
+        let Some(cmd) = self.tool_settings.test_command.clone() else {
+            return TestVerdict {
+                command: None,
+                passed: None,
+                exit_code: None,
+                output_tail: String::new(),
+            };
+        };
+        self.events.emit(&Event::Verifying { command: cmd.clone() });
+        let ctx = ToolContext {
+            sandbox: &self.sandbox,
+            settings: &self.tool_settings,
+            approver: None,
+        };
+        match ctx.shell(&cmd).await {
+            Ok(out) => {
+                let tail = out.stdout.shrink(0, 3000).to_text();
+                self.events.emit(&Event::Note {
+                    message: format!("tests: {}", out.status_line()),
+                });
+                TestVerdict {
+                    command: Some(cmd),
+                    passed: Some(out.success()),
+                    exit_code: Some(out.exit_code),
+                    output_tail: tail,
+                }
+            }
+            Err(e) => TestVerdict {
+                command: Some(cmd),
+                passed: None,
+                exit_code: None,
+                output_tail: format!("the test command could not be run: {e}"),
+            },
+        }
+    }
+
+    /// The diff against the start of the session.
+    pub async fn diff(&self) -> Result<String, String> {
+        if let Some(e) = &self.baseline_error {
+            return Err(e.clone());
+        }
+        baseline::diff(
+            &self.sandbox,
+            self.tool_settings.command_timeout,
+            MAX_DIFF_BYTES,
+            false,
+        )
+        .await
+    }
+
+    pub async fn report(&self, result: &LoopResult) -> Report {
+        let (outcome, summary, error) = match &result.stop {
+            Stop::Answered(text) => (Outcome::Finished, Some(text.clone()), None),
+            Stop::StepLimit => (Outcome::StepLimit, None, None),
+            Stop::Fatal(e) => (Outcome::Error, None, Some(e.clone())),
+        };
+        let sandbox_alive = !matches!(&result.stop, Stop::Fatal(e) if e.contains("container"));
+        let tests = if sandbox_alive {
+            self.verify().await
+        } else {
+            TestVerdict {
+                command: self.tool_settings.test_command.clone(),
+                passed: None,
+                exit_code: None,
+                output_tail: String::new(),
+            }
+        };
+        let (diff, diff_error) = if sandbox_alive {
+            match self.diff().await {
+                Ok(d) => (Some(d), None),
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, Some("the sandbox is gone".into()))
+        };
+        let changed_files = if diff.is_some() {
+            baseline::changed_files(&self.sandbox, self.tool_settings.command_timeout)
+                .await
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let exit_code = Report::exit_code_for(&outcome, &tests);
+        let estimated = self.model.estimated_usage();
+        Report {
+            session: self.sandbox.info().session.clone(),
+            model: self.model.describe(),
+            outcome,
+            summary,
+            error,
+            steps: result.steps,
+            usage: result.usage,
+            usage_estimated: estimated,
+            cost_usd: if estimated {
+                None
+            } else {
+                pricing::estimate_cost(self.model.model(), &result.usage)
+            },
+            tests,
+            changed_files,
+            diff,
+            diff_error,
+            elapsed_secs: self.started.elapsed().as_secs_f64(),
+            exit_code,
+        }
+    }
+
+    pub async fn close(self) {
+        let _ = self.sandbox.shutdown().await;
+    }
+}
+
+/// Prints what is about to happen and reads y/n from stdin.
+pub struct TerminalApprover;
+
+#[async_trait]
+impl Approver for TerminalApprover {
+    async fn approve(&self, request: &Approval) -> bool {
+        let prompt = match request {
+            Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
+            Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
+        };
+        tokio::task::spawn_blocking(move || {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{prompt}allow? [y/N] ");
+            let _ = err.flush();
+            let mut line = String::new();
+            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
+                return false;
+            }
+            matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+/// `render_command` for the chat's `/tests`.
+pub async fn run_tests_now(session: &Session) -> String {
+    match &session.tool_settings.test_command {
+        None => "no test command is known (pass --test-cmd)".into(),
+        Some(cmd) => {
+            let ctx = ToolContext {
+                sandbox: &session.sandbox,
+                settings: &session.tool_settings,
+                approver: None,
+            };
+            match ctx.shell(cmd).await {
+                Ok(out) => render_command(cmd, &out),
+                Err(e) => format!("cannot run the tests: {e}"),
+            }
+        }
+    }
+}

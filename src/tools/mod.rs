@@ -1,0 +1,315 @@
+//! The tools the model may call. Names and arguments are a public contract.
+//!
+//! A tool failure is either told to the model (`is_error: true`, the loop goes on) or fatal
+//! (the sandbox is gone; the run stops with a clear message) — codex-rs draws the same line.
+
+mod bash;
+mod edit_file;
+mod finish;
+mod list_files;
+mod read_file;
+mod run_tests;
+mod search;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::model::text_protocol::MALFORMED;
+use crate::model::{ToolArgs, ToolCall, ToolSpec};
+use crate::sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError};
+use crate::workspace::FsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// Goes back to the model as an error result.
+    #[error("{0}")]
+    RespondToModel(String),
+    /// Ends the run.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl From<FsError> for ToolError {
+    fn from(e: FsError) -> Self {
+        match e {
+            FsError::Sandbox(s) => s.into(),
+            other => ToolError::RespondToModel(other.to_string()),
+        }
+    }
+}
+
+impl From<SandboxError> for ToolError {
+    fn from(e: SandboxError) -> Self {
+        if e.is_fatal() {
+            ToolError::Fatal(e.to_string())
+        } else {
+            ToolError::RespondToModel(e.to_string())
+        }
+    }
+}
+
+/// What a tool returns on success.
+#[derive(Debug, Default)]
+pub struct ToolOutput {
+    pub content: String,
+    /// Set by `finish`: the run is over, with this summary.
+    pub finish: Option<String>,
+}
+
+impl ToolOutput {
+    pub fn text(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            finish: None,
+        }
+    }
+}
+
+/// Something the user is asked to allow (`--approve`).
+#[derive(Debug, Clone)]
+pub enum Approval {
+    Edit { path: String, diff: String },
+    Command { command: String },
+}
+
+#[async_trait]
+pub trait Approver: Send + Sync {
+    async fn approve(&self, request: &Approval) -> bool;
+}
+
+/// Limits and settings the tools share; one per run.
+#[derive(Debug, Clone)]
+pub struct ToolSettings {
+    pub command_timeout: Duration,
+    /// The project's fixed test command, run by `run_tests` and by the final check.
+    pub test_command: Option<String>,
+    /// Bytes of command output shown to the model: the start and the end.
+    pub output_head: usize,
+    pub output_tail: usize,
+    pub read_max_lines: usize,
+    pub list_max: usize,
+    pub search_max: usize,
+    /// Largest file `read_file` and `edit_file` load.
+    pub max_file_bytes: usize,
+    /// Largest `new` text one edit may write.
+    pub max_edit_bytes: usize,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            command_timeout: Duration::from_secs(120),
+            test_command: None,
+            output_head: 4000,
+            output_tail: 8000,
+            read_max_lines: 500,
+            list_max: 500,
+            search_max: 200,
+            max_file_bytes: 4 << 20,
+            max_edit_bytes: 1 << 20,
+        }
+    }
+}
+
+pub struct ToolContext<'a> {
+    pub sandbox: &'a dyn Sandbox,
+    pub settings: &'a ToolSettings,
+    pub approver: Option<&'a dyn Approver>,
+}
+
+impl ToolContext<'_> {
+    /// Run a shell command with stderr merged into stdout, bounded for the model.
+    pub async fn shell(&self, command: &str) -> Result<ExecOutput, SandboxError> {
+        let argv = ["/bin/sh", "-c", "exec 2>&1; exec bash -lc \"$1\"", "sh", command];
+        let req = ExecRequest::argv(argv, self.settings.command_timeout)
+            .capture(self.settings.output_head, self.settings.output_tail);
+        self.sandbox.exec(req).await
+    }
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self, settings: &ToolSettings) -> String;
+    fn schema(&self) -> Value;
+    async fn call(&self, args: Value, ctx: &ToolContext<'_>) -> Result<ToolOutput, ToolError>;
+}
+
+/// Typed arguments, or an error the model can fix.
+pub fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args)
+        .map_err(|e| ToolError::RespondToModel(format!("invalid arguments for {tool}: {e}")))
+}
+
+/// Command output the way the model sees it: the output, then how it ended.
+pub fn render_command(command: &str, out: &ExecOutput) -> String {
+    let mut s = format!("$ {command}\n");
+    let text = out.stdout.to_text();
+    s.push_str(&text);
+    if !text.is_empty() && !text.ends_with('\n') {
+        s.push('\n');
+    }
+    s.push_str(&out.status_line());
+    s
+}
+
+/// The outcome of one call, ready to go back to the model.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub content: String,
+    pub is_error: bool,
+    pub finish: Option<String>,
+    pub fatal: Option<String>,
+}
+
+pub struct ToolRegistry {
+    tools: Vec<Box<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// The standard set: the five file and test tools, `bash` unless `shell` is false, and
+    /// `finish` when the model must call a tool every turn.
+    pub fn standard(shell: bool, finish: bool) -> Self {
+        let mut tools: Vec<Box<dyn Tool>> = vec![
+            Box::new(list_files::ListFiles),
+            Box::new(read_file::ReadFile),
+            Box::new(edit_file::EditFile),
+            Box::new(search::Search),
+            Box::new(run_tests::RunTests),
+        ];
+        if shell {
+            tools.push(Box::new(bash::Bash));
+        }
+        if finish {
+            tools.push(Box::new(finish::Finish));
+        }
+        ToolRegistry { tools }
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    pub fn specs(&self, settings: &ToolSettings) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().into(),
+                description: t.description(settings),
+                input_schema: t.schema(),
+            })
+            .collect()
+    }
+
+    pub async fn dispatch(&self, call: &ToolCall, ctx: &ToolContext<'_>) -> Dispatched {
+        let error = |content: String| Dispatched {
+            content,
+            is_error: true,
+            finish: None,
+            fatal: None,
+        };
+        let args = match &call.arguments {
+            ToolArgs::Invalid { raw, error: why } if call.name == MALFORMED => {
+                return error(format!(
+                    "could not read this tool call ({why}); you wrote: {}. Write `tool: NAME({{...json...}})`.",
+                    clip(raw, 300)
+                ));
+            }
+            ToolArgs::Invalid { raw, error: why } => {
+                return error(format!(
+                    "the arguments for {} are not valid JSON ({why}); you sent: {}. Send one JSON object.",
+                    call.name,
+                    clip(raw, 300)
+                ));
+            }
+            ToolArgs::Json(v) => v.clone(),
+        };
+        let Some(tool) = self.tools.iter().find(|t| t.name() == call.name) else {
+            return error(format!(
+                "unknown tool {:?}; the tools are: {}",
+                clip(&call.name, 100),
+                self.names().join(", ")
+            ));
+        };
+        let args = match args {
+            Value::Object(_) => args,
+            Value::Null => Value::Object(Default::default()),
+            other => {
+                return error(format!(
+                    "the arguments for {} must be a JSON object, not {other}",
+                    call.name
+                ));
+            }
+        };
+        match tool.call(args, ctx).await {
+            Ok(out) => Dispatched {
+                content: out.content,
+                is_error: false,
+                finish: out.finish,
+                fatal: None,
+            },
+            Err(ToolError::RespondToModel(msg)) => error(msg),
+            Err(ToolError::Fatal(msg)) => Dispatched {
+                content: format!("the sandbox failed: {msg}"),
+                is_error: true,
+                finish: None,
+                fatal: Some(msg),
+            },
+        }
+    }
+}
+
+/// At most `max` characters of `s`, marked when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().take(max).collect();
+    format!("{cut}… [{} more characters]", s.chars().count() - max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tool_set_is_the_public_contract() {
+        assert_eq!(
+            ToolRegistry::standard(true, false).names(),
+            [
+                "list_files",
+                "read_file",
+                "edit_file",
+                "search",
+                "run_tests",
+                "bash"
+            ]
+        );
+        assert_eq!(
+            ToolRegistry::standard(false, true).names(),
+            [
+                "list_files",
+                "read_file",
+                "edit_file",
+                "search",
+                "run_tests",
+                "finish"
+            ]
+        );
+        let specs = ToolRegistry::standard(true, true).specs(&ToolSettings::default());
+        let edit = specs.iter().find(|s| s.name == "edit_file").unwrap();
+        assert_eq!(
+            edit.input_schema["required"],
+            serde_json::json!(["path", "old", "new"])
+        );
+    }
+
+    #[test]
+    fn clip_marks_what_it_cut() {
+        assert_eq!(clip("abc", 5), "abc");
+        assert_eq!(clip("abcdef", 3), "abc… [3 more characters]");
+    }
+}
