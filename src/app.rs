@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{Cli, Command};
@@ -16,7 +16,13 @@ pub const EXIT_AGENTBOX_ERROR: u8 = 125;
 pub const EXIT_USAGE: u8 = 2;
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_args() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("agentbox: error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -29,6 +35,16 @@ pub fn main() -> ExitCode {
     // Anything still running (a stuck Docker call) must not delay the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     ExitCode::from(code)
+}
+
+/// Flags > environment > config file > defaults: the file's values become clap's defaults.
+fn parse_args() -> Result<Cli, UsageError> {
+    let mut cmd = Cli::command();
+    if let Some((path, table)) = crate::config_file::load()? {
+        cmd = crate::config_file::apply(cmd, &table, &path)?;
+    }
+    let matches = cmd.get_matches();
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
 }
 
 fn init_tracing(verbose: u8) {

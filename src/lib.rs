@@ -7,6 +7,7 @@ pub mod app;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod config_file;
 pub mod events;
 pub mod image;
 pub mod model;

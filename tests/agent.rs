@@ -36,7 +36,7 @@ async fn agentbox_async(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>
         .env_remove("OPENAI_BASE_URL")
         .env_remove("AGENTBOX_PROVIDER")
         .env_remove("AGENTBOX_MODEL")
-        .env("AGENTBOX_CONFIG", "/nonexistent/agentbox-test-config.toml")
+        .env("AGENTBOX_CONFIG", "")
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

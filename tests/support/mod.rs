@@ -125,7 +125,10 @@ pub async fn sandbox(project: &Project) -> DockerSandbox {
 
 /// The agentbox binary under test.
 pub fn agentbox() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_agentbox"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    // The tests must not pick up a developer's own config file.
+    cmd.env("AGENTBOX_CONFIG", "");
+    cmd
 }
 
 pub fn run(cmd: &mut Command) -> Output {

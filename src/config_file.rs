@@ -1,0 +1,154 @@
+//! The optional config file: TOML, one key per long flag (`memory = "4g"`, `max-steps = 30`).
+//!
+//! Precedence is flags > environment > file > built-in defaults. The file's values become the
+//! flags' defaults before clap parses, so clap itself applies flags and environment on top.
+
+use std::path::PathBuf;
+
+use clap::Command;
+
+use crate::config::UsageError;
+
+/// `AGENTBOX_CONFIG` (empty: no file), else `$XDG_CONFIG_HOME/agentbox/config.toml`, else
+/// `~/.config/agentbox/config.toml`.
+pub fn path() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("AGENTBOX_CONFIG") {
+        return (!p.is_empty()).then(|| PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let p = base.join("agentbox").join("config.toml");
+    p.exists().then_some(p)
+}
+
+pub fn load() -> Result<Option<(PathBuf, toml::Table)>, UsageError> {
+    let Some(path) = path() else { return Ok(None) };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| UsageError(format!("cannot read the config file {}: {e}", path.display())))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| UsageError(format!("config file {}: {e}", path.display())))?;
+    Ok(Some((path, table)))
+}
+
+/// Every long flag of `cmd` and its subcommands, by id.
+fn flag_ids(cmd: &Command, out: &mut Vec<String>) {
+    for a in cmd.get_arguments() {
+        if a.get_long().is_some() && !matches!(a.get_id().as_str(), "help" | "version") {
+            out.push(a.get_id().to_string());
+        }
+    }
+    for s in cmd.get_subcommands() {
+        flag_ids(s, out);
+    }
+}
+
+fn set_default(cmd: Command, id: &str, value: &str) -> Command {
+    let mut cmd = if cmd.get_arguments().any(|a| a.get_id() == id) {
+        let value = value.to_string();
+        cmd.mut_arg(id, move |a| a.default_value(value))
+    } else {
+        cmd
+    };
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |s| set_default(s, id, value));
+    }
+    cmd
+}
+
+pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> Result<Command, UsageError> {
+    let mut known = Vec::new();
+    flag_ids(&cmd, &mut known);
+    known.sort();
+    known.dedup();
+    for (key, value) in table {
+        let id = key.replace('-', "_");
+        if !known.contains(&id) {
+            let list: Vec<String> = known.iter().map(|k| k.replace('_', "-")).collect();
+            return Err(UsageError(format!(
+                "config file {}: unknown setting `{key}`; settings are the long flags: {}",
+                path.display(),
+                list.join(", ")
+            )));
+        }
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(UsageError(format!(
+                    "config file {}: `{key}` must be a string, number or boolean, not {}",
+                    path.display(),
+                    other.type_str()
+                )));
+            }
+        };
+        cmd = set_default(cmd, &id, &text);
+    }
+    Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command as Sub};
+    use clap::{CommandFactory, FromArgMatches};
+
+    fn parse(file: &str, args: &[&str]) -> Result<Cli, String> {
+        let table: toml::Table = file.parse().unwrap();
+        let cmd =
+            apply(Cli::command(), &table, std::path::Path::new("test.toml")).map_err(|e| e.to_string())?;
+        let m = cmd.try_get_matches_from(args).map_err(|e| e.to_string())?;
+        Cli::from_arg_matches(&m).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_file_fills_defaults_and_flags_win() {
+        let file = "memory = \"4g\"\nmax-steps = 7\nno_shell = true\n";
+        let Sub::Run(run) = parse(file, &["agentbox", "run", "p"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                run.agent.sandbox.memory.as_str(),
+                run.agent.max_steps,
+                run.agent.no_shell
+            ),
+            ("4g", 7, true)
+        );
+        let Sub::Run(run) = parse(file, &["agentbox", "run", "--max-steps", "9", "p"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(run.agent.max_steps, 9);
+        let Sub::Exec(exec) = parse(file, &["agentbox", "exec", "p", "--", "true"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(exec.sandbox.memory, "4g", "shared flags apply to every command");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let err = parse("colour = \"red\"", &["agentbox", "run", "p"])
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("unknown setting `colour`") && err.contains("max-steps"),
+            "{err}"
+        );
+        let err = parse("max-steps = \"lots\"", &["agentbox", "run", "p"])
+            .err()
+            .unwrap();
+        assert!(err.contains("lots"), "{err}");
+        assert!(parse("memory = [1]", &["agentbox", "run", "p"]).is_err());
+    }
+}
