@@ -214,11 +214,12 @@ impl EventSink for Printer {
                 );
             }
             Event::ToolStarted { call, .. } => {
+                // JSON text has no raw newlines; keep its spaces, they can be the point of an edit.
                 let _ = writeln!(
                     err,
                     "[{}] {}",
                     call.name,
-                    one_line(&call.arguments.to_json_text(), 120)
+                    crate::tools::clip(&call.arguments.to_json_text(), 120)
                 );
                 drop(err);
                 self.spinner.start(format!("running {}", call.name));
