@@ -60,6 +60,8 @@ pub struct Report {
     pub diff_error: Option<String>,
     pub elapsed_secs: f64,
     pub exit_code: u8,
+    /// Things the user must know about, e.g. a `.git` planted in the project.
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -92,6 +94,9 @@ impl Report {
         ));
         if let Some(e) = &self.error {
             s.push_str(&format!("error:    {e}\n"));
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("WARNING:  {w}\n"));
         }
         let tests = match (&self.tests.command, self.tests.passed) {
             (None, _) => "not run (no test command; pass --test-cmd)".to_string(),

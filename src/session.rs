@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, prompt};
+use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, guard, prompt};
 use crate::commands::open_sandbox;
 use crate::config::AgentSettings;
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
@@ -30,6 +30,8 @@ pub struct Session {
     pub events: Arc<Fanout>,
     pub agent_config: AgentConfig,
     baseline_error: Option<String>,
+    /// `.git` paths present at the start; any other found at the end was planted.
+    git_dirs_before: Option<Vec<String>>,
     approver: Option<TerminalApprover>,
     started: Instant,
 }
@@ -66,6 +68,7 @@ impl Session {
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();
+        let git_dirs_before = guard::git_dirs(&sandbox).await.ok();
         let test_command = match &settings.test_cmd {
             Some(cmd) => Some(cmd.clone()),
             None => {
@@ -116,6 +119,7 @@ impl Session {
                 ..Default::default()
             },
             baseline_error,
+            git_dirs_before,
             approver: settings.approve.then_some(TerminalApprover),
             started: Instant::now(),
         })
@@ -220,6 +224,11 @@ impl Session {
         } else {
             Vec::new()
         };
+        let warnings = if sandbox_alive {
+            self.check_planted_git().await
+        } else {
+            Vec::new()
+        };
         let exit_code = Report::exit_code_for(&outcome, &tests);
         let estimated = self.model.estimated_usage();
         Report {
@@ -242,6 +251,17 @@ impl Session {
             diff_error,
             elapsed_secs: self.started.elapsed().as_secs_f64(),
             exit_code,
+            warnings,
+        }
+    }
+
+    /// Move away any `.git` the session created (see `agent::guard`), and say so.
+    pub async fn check_planted_git(&self) -> Vec<String> {
+        match &self.git_dirs_before {
+            Some(before) => guard::quarantine_new(&self.sandbox, before).await,
+            None => {
+                vec!["could not list .git directories at the start; check the project for new ones".into()]
+            }
         }
     }
 

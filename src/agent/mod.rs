@@ -3,6 +3,7 @@
 
 pub mod baseline;
 pub mod detect;
+pub mod guard;
 pub mod prompt;
 
 use std::time::Instant;
@@ -12,6 +13,12 @@ use tracing::{Instrument, info_span};
 use crate::events::{Event, EventSink};
 use crate::model::{Block, Message, ModelClient, Request, Role, StopReason, ToolChoice, ToolResult, Usage};
 use crate::tools::{ToolContext, ToolRegistry};
+
+/// Fault injection for the interruption tests (`AGENTBOX_FAULT=panic-after-tool`): proves a
+/// panic mid-run still removes the sandbox. Never set in normal use.
+fn fault(name: &str) -> bool {
+    std::env::var("AGENTBOX_FAULT").is_ok_and(|v| v == name)
+}
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -156,6 +163,9 @@ impl Agent<'_> {
                         is_error: done.is_error,
                         elapsed_ms: t0.elapsed().as_millis() as u64,
                     });
+                    if fault("panic-after-tool") {
+                        panic!("fault injected by AGENTBOX_FAULT=panic-after-tool");
+                    }
                     if done.finish.is_some() {
                         finished = done.finish;
                     }

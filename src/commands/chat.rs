@@ -53,6 +53,9 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
             }
         }
     }
+    for w in session.check_planted_git().await {
+        eprintln!("agentbox: WARNING: {w}");
+    }
     events.emit(&Event::Note {
         message: "chat ended; removing the sandbox".into(),
     });

@@ -104,17 +104,50 @@ pub(super) fn container_error(container: &str, context: &str, e: BollardError) -
 
 /// Containers this process created and has not yet removed: what Ctrl-C, SIGTERM and a panic
 /// must clean up. The keep-alive link removes them even if we die, this removes them promptly.
-fn live() -> &'static Mutex<HashMap<String, Docker>> {
-    static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
+fn live() -> &'static Mutex<HashMap<String, (Docker, String)>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, (Docker, String)>>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
 }
 
-/// Remove every container this process still has. Called on every exit path of `main`.
+/// Remove every container this process still has. Called on every exit path of `main`; on a
+/// normal exit there are none left, after an interruption or a panic there may be.
 pub async fn remove_live_containers() {
-    let all: Vec<(String, Docker)> = live().lock().expect("live lock").drain().collect();
-    for (id, docker) in all {
+    let all: Vec<(String, (Docker, String))> = live().lock().expect("live lock").drain().collect();
+    for (id, (docker, user)) in all {
+        tidy(&docker, &id, &user).await;
         remove_container(&docker, &id).await;
     }
+}
+
+/// Before removing a container whose session was interrupted: stop what runs in it, and delete
+/// the temporary file of an atomic write that was cut short, so the project holds only whole
+/// files. Bounded: an interruption must not hang on a busy daemon.
+async fn tidy(docker: &Docker, id: &str, user: &str) {
+    let script = format!(
+        "{SWEEP}\nfind /workspace -xdev -name .git -prune -o -type f -name '.agentbox-????????' -print -delete 2>/dev/null"
+    );
+    let run = async {
+        let exec = docker
+            .create_exec(
+                id,
+                CreateExecOptions {
+                    cmd: Some(vec!["/bin/sh", "-c", script.as_str()]),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    user: Some(user),
+                    ..Default::default()
+                },
+            )
+            .await
+            .ok()?;
+        if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await.ok()? {
+            while let Some(Ok(item)) = output.next().await {
+                debug!(container = short(id), removed = %String::from_utf8_lossy(item.as_ref()).trim(), "tidied");
+            }
+        }
+        Some(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
 }
 
 async fn remove_container(docker: &Docker, id: &str) {
@@ -215,7 +248,7 @@ impl DockerSandbox {
             live()
                 .lock()
                 .expect("live lock")
-                .insert(id.clone(), docker.clone());
+                .insert(id.clone(), (docker.clone(), spec.user()));
             let sandbox = async {
                 let attach = docker
                     .attach_container(
