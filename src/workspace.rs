@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::sandbox::{Captured, ExecOutput, ExecRequest, Sandbox, SandboxError, WORKSPACE};
+use crate::sandbox::{Captured, ExecOutput, ExecRequest, NativeOp, Sandbox, SandboxError, WORKSPACE};
 
 /// Resolve `$1` inside the container and refuse anything outside the workspace. Leaves the
 /// absolute path in `$p` and the path relative to the workspace in `$rel` (`.` for the root).
@@ -194,9 +194,12 @@ impl<'a> Workspace<'a> {
         }
     }
 
+    /// Run one of the scripts above on `path`. With `native`, the executor may do the same thing
+    /// in-process (no spawn); the script is the definition, and the fallback.
     async fn script(
         &self,
         body: &str,
+        native: Option<&'static str>,
         path: &str,
         args: &[&str],
         stdin: Option<Vec<u8>>,
@@ -216,6 +219,13 @@ impl<'a> Workspace<'a> {
         argv.extend(args.iter().map(|a| a.to_string()));
         let mut req = ExecRequest::argv(argv, self.timeout).capture(head, 0);
         req.workdir = Some(WORKSPACE.into());
+        req.native = native.map(|op| NativeOp {
+            op,
+            args: std::iter::once(path)
+                .chain(args.iter().copied())
+                .map(str::to_string)
+                .collect(),
+        });
         if let Some(data) = stdin {
             req = req.stdin(data);
         }
@@ -253,7 +263,7 @@ impl<'a> Workspace<'a> {
     /// Up to `limit` bytes of a regular file.
     pub async fn read(&self, path: &str, limit: usize) -> Result<FileBytes, FsError> {
         let out = self
-            .script(READ, path, &[&limit.to_string()], None, limit)
+            .script(READ, Some("read"), path, &[&limit.to_string()], None, limit)
             .await?;
         if out.exit_code != 0 {
             return Err(FsError::Failed {
@@ -286,7 +296,9 @@ impl<'a> Workspace<'a> {
     }
 
     async fn write(&self, path: &str, data: Vec<u8>, mode: &str) -> Result<(), FsError> {
-        let out = self.script(WRITE, path, &[mode], Some(data), 4096).await?;
+        let out = self
+            .script(WRITE, Some("write"), path, &[mode], Some(data), 4096)
+            .await?;
         if out.exit_code != 0 {
             return Err(FsError::Failed {
                 path: path.into(),
@@ -299,7 +311,7 @@ impl<'a> Workspace<'a> {
     /// Files under `path`, relative to the project root, sorted, at most `max`.
     pub async fn list(&self, path: &str, max: usize) -> Result<Listing, FsError> {
         let out = self
-            .script(LIST, path, &[&max.to_string()], None, 4 << 20)
+            .script(LIST, None, path, &[&max.to_string()], None, 4 << 20)
             .await?;
         let total = find_value(&out.stderr, "total=").unwrap_or(0);
         Ok(Listing {
@@ -311,7 +323,7 @@ impl<'a> Workspace<'a> {
     /// ripgrep for `pattern` under `path`: `file:line:text` lines, at most `max`.
     pub async fn search(&self, pattern: &str, path: &str, max: usize) -> Result<Listing, FsError> {
         let out = self
-            .script(SEARCH, path, &[pattern, &max.to_string()], None, 4 << 20)
+            .script(SEARCH, None, path, &[pattern, &max.to_string()], None, 4 << 20)
             .await?;
         if out.exit_code == 99 {
             return Err(FsError::Failed {

@@ -228,12 +228,17 @@ async fn exit_codes_stdin_and_missing_programs() {
 }
 
 #[tokio::test]
-async fn a_command_that_kills_the_executor_does_not_end_the_session() {
+async fn no_signal_from_inside_ends_the_session() {
     let project = Project::new(&[]);
     let sb = sandbox(&project).await;
-    // Every process of the sandbox user, the executor included.
-    let result = sb.exec(shell("kill -9 -1; sleep 5")).await;
-    assert!(result.is_err(), "the runner was killed mid-command: {result:?}");
+    // Every process of the sandbox user, then init itself: the executor is PID 1 and survives.
+    let out = sb
+        .exec(shell(
+            "kill -9 -1; kill -9 1; kill -TERM 1; sleep 0.2; echo survived",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.to_text(), "survived\n", "{}", out.stderr.to_text());
     assert_eq!(stdout_of(&sb, "echo still here").await, "still here\n");
     sb.shutdown().await.unwrap();
 }
@@ -400,4 +405,42 @@ async fn a_container_killed_from_outside_is_reported() {
     assert!(sb.exec(shell("true")).await.is_err());
     sb.shutdown().await.unwrap();
     assert!(!container_exists(&docker, &id).await);
+}
+
+#[tokio::test]
+async fn images_without_python_get_one_exec_per_call_with_the_same_guarantees() {
+    let docker = docker().await;
+    let image = no_python_image(&docker).await;
+    let project = Project::new(&[("notes.txt", "one\n")]);
+    let mut cfg = config();
+    cfg.image = image.to_string();
+    let sb = sandbox_with(&project, &cfg).await;
+    assert_eq!(sb.info().exec_mode, ExecMode::PerCall);
+    assert_eq!(
+        stdout_of(&sb, "echo $(id -u)").await.trim(),
+        project.owner().0.to_string()
+    );
+    let ws = Workspace::new(&sb);
+    assert_eq!(ws.read("notes.txt", 100).await.unwrap().data, b"one\n");
+    ws.replace("notes.txt", b"two\n".to_vec()).await.unwrap();
+    assert_eq!(project.read("notes.txt"), "two\n");
+    assert!(matches!(
+        ws.read("../etc/passwd", 10).await,
+        Err(FsError::Outside { .. })
+    ));
+    let out = sb
+        .exec(ExecRequest::shell(
+            "sleep 1000 & sleep 1000",
+            Duration::from_secs(2),
+        ))
+        .await
+        .unwrap();
+    assert!(out.timed_out);
+    assert_eq!(
+        stdout_of(&sb, "ps -eo comm= | grep -c '^sleep$' || true")
+            .await
+            .trim(),
+        "0"
+    );
+    sb.shutdown().await.unwrap();
 }

@@ -22,7 +22,7 @@ use tracing::{Instrument, debug, info_span};
 
 use super::capture::HeadTail;
 use super::executor::Executor;
-use super::policy::{SandboxSpec, WorkspaceSource};
+use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
 use super::{ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
 
 /// Kills every process the sandbox user may signal except the calling shell, until none of that
@@ -157,8 +157,17 @@ async fn remove_container(docker: &Docker, id: &str) {
         .build();
     match docker.remove_container(id, Some(opts)).await {
         Ok(()) => debug!(container = id, "removed"),
-        // Already gone (auto-remove won the race): fine.
-        Err(e) if matches!(status_of(&e), Some(404 | 409)) => debug!(container = id, "already gone"),
+        Err(e) if status_of(&e) == Some(404) => debug!(container = id, "already gone"),
+        // Auto-remove is already removing it: wait until it is really gone, so that "no
+        // container is left" holds when we return.
+        Err(e) if status_of(&e) == Some(409) => {
+            for _ in 0..100 {
+                if docker.inspect_container(id, None).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
     }
 }
@@ -214,8 +223,9 @@ pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), San
 pub struct DockerSandbox {
     docker: Docker,
     info: SandboxInfo,
-    /// The attach connection to the keep-alive's stdin. Dropping it (shutdown, drop, or this
-    /// process dying) ends the keep-alive, and auto-remove removes the container.
+    /// The attach connection to the keep-alive's stdin (per-call mode; in executor mode the
+    /// executor holds its own). Dropping it (shutdown, drop, or this process dying) ends the
+    /// main process, and auto-remove removes the container.
     keepalive: Mutex<Option<bollard::container::AttachContainerResults>>,
     executor: tokio::sync::Mutex<Option<Executor>>,
     closed: AtomicBool,
@@ -226,94 +236,119 @@ pub struct DockerSandbox {
 }
 
 impl DockerSandbox {
+    /// Start a sandbox: the executor as the container's main process when the image has
+    /// python3 (and `per_call_exec` is off), otherwise a keep-alive and one exec per command.
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
-            let t0 = Instant::now();
-            let name = spec.container_name();
-            let created = docker
-                .create_container(
-                    Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    spec.create_body(),
-                )
-                .await
-                .map_err(|e| match status_of(&e) {
-                    Some(404) => SandboxError::ImageMissing {
-                        image: spec.image.clone(),
-                        detail: String::new(),
-                    },
-                    _ => SandboxError::docker("create container", e),
-                })?;
-            let id = created.id;
-            live()
-                .lock()
-                .expect("live lock")
-                .insert(id.clone(), (docker.clone(), spec.user()));
-            let sandbox = async {
-                let attach = docker
-                    .attach_container(
-                        &id,
-                        Some(
-                            AttachContainerOptionsBuilder::default()
-                                .stdin(true)
-                                .stream(true)
-                                .build(),
-                        ),
-                    )
-                    .await
-                    .map_err(|e| container_error(&id, "attach", e))?;
-                docker
-                    .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
-                    .await
-                    .map_err(|e| container_error(&id, "start container", e))?;
-                debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container started");
-                let user = spec.user();
-                let executor = if spec.per_call_exec {
-                    None
-                } else {
-                    Executor::start(docker, &id, &user).await?
-                };
-                let exec_mode = if executor.is_some() {
-                    ExecMode::Persistent
-                } else {
-                    ExecMode::PerCall
-                };
-                debug!(elapsed_ms = t0.elapsed().as_millis() as u64, %exec_mode, "sandbox ready");
-                Ok::<_, SandboxError>(DockerSandbox {
-                    docker: docker.clone(),
-                    info: SandboxInfo {
-                        session: spec.session.clone(),
-                        container_id: id.clone(),
-                        image: spec.image.clone(),
-                        uid: spec.uid,
-                        gid: spec.gid,
-                        exec_mode,
-                    },
-                    keepalive: Mutex::new(Some(attach)),
-                    executor: tokio::sync::Mutex::new(executor),
-                    closed: AtomicBool::new(false),
-                    gone: AtomicBool::new(false),
-                    oom_seen: AtomicI64::new(-1),
-                })
-            }
-            .await;
-            match sandbox {
-                Ok(s) => {
-                    if s.info.exec_mode == ExecMode::PerCall {
-                        let n = s.read_oom_kills().await;
-                        s.oom_seen.store(n.unwrap_or(-1), Ordering::Relaxed);
-                    }
-                    Ok(s)
+            if !spec.per_call_exec {
+                if let Some(sb) = Self::create_as(docker, &spec, MainProcess::Executor).await? {
+                    return Ok(sb);
                 }
-                Err(e) => {
-                    live().lock().expect("live lock").remove(&id);
-                    remove_container(docker, &id).await;
-                    Err(e)
-                }
+                debug!("the image has no python3: one docker exec per command");
             }
+            Self::create_as(docker, &spec, MainProcess::KeepAlive)
+                .await?
+                .ok_or_else(|| SandboxError::Other("the sandbox's keep-alive did not start".into()))
         }
         .instrument(span)
         .await
+    }
+
+    /// `Ok(None)`: the container started but cannot host the executor (no python3).
+    async fn create_as(
+        docker: &Docker,
+        spec: &SandboxSpec,
+        main: MainProcess,
+    ) -> Result<Option<DockerSandbox>, SandboxError> {
+        let t0 = Instant::now();
+        let name = match main {
+            MainProcess::Executor => spec.container_name(),
+            MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
+        };
+        let created = docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                spec.create_body(main),
+            )
+            .await
+            .map_err(|e| match status_of(&e) {
+                Some(404) => SandboxError::ImageMissing {
+                    image: spec.image.clone(),
+                    detail: String::new(),
+                },
+                _ => SandboxError::docker("create container", e),
+            })?;
+        let id = created.id;
+        live()
+            .lock()
+            .expect("live lock")
+            .insert(id.clone(), (docker.clone(), spec.user()));
+        let result = async {
+            let executor_mode = main == MainProcess::Executor;
+            // Attached before start, so nothing the main process writes is missed, and so its
+            // stdin is ours from the first instant: when this connection drops, stdin closes.
+            let attach = docker
+                .attach_container(
+                    &id,
+                    Some(
+                        AttachContainerOptionsBuilder::default()
+                            .stdin(true)
+                            .stdout(executor_mode)
+                            .stderr(executor_mode)
+                            .stream(true)
+                            .build(),
+                    ),
+                )
+                .await
+                .map_err(|e| container_error(&id, "attach", e))?;
+            docker
+                .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .map_err(|e| container_error(&id, "start container", e))?;
+            debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container started");
+            let (executor, keepalive) = if executor_mode {
+                match Executor::from_attach(attach).await {
+                    Some(ex) => (Some(ex), None),
+                    None => return Ok(None),
+                }
+            } else {
+                (None, Some(attach))
+            };
+            let exec_mode = if executor.is_some() {
+                ExecMode::Persistent
+            } else {
+                ExecMode::PerCall
+            };
+            debug!(elapsed_ms = t0.elapsed().as_millis() as u64, %exec_mode, "sandbox ready");
+            let sb = DockerSandbox {
+                docker: docker.clone(),
+                info: SandboxInfo {
+                    session: spec.session.clone(),
+                    container_id: id.clone(),
+                    image: spec.image.clone(),
+                    uid: spec.uid,
+                    gid: spec.gid,
+                    exec_mode,
+                },
+                keepalive: Mutex::new(keepalive),
+                executor: tokio::sync::Mutex::new(executor),
+                closed: AtomicBool::new(false),
+                gone: AtomicBool::new(false),
+                oom_seen: AtomicI64::new(-1),
+            };
+            if exec_mode == ExecMode::PerCall {
+                let n = sb.read_oom_kills().await;
+                sb.oom_seen.store(n.unwrap_or(-1), Ordering::Relaxed);
+            }
+            Ok::<_, SandboxError>(Some(sb))
+        }
+        .await;
+        if !matches!(result, Ok(Some(_))) {
+            live().lock().expect("live lock").remove(&id);
+            remove_container(docker, &id).await;
+        }
+        result
     }
 
     fn user(&self) -> String {
@@ -342,26 +377,23 @@ impl DockerSandbox {
         }
     }
 
-    async fn exec_persistent(&self, req: &ExecRequest) -> Result<Option<ExecOutput>, SandboxError> {
+    async fn exec_persistent(&self, req: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let mut guard = self.executor.lock().await;
-        if guard.is_none() {
-            // Restart after a loss (a command killed it, or the watchdog fired).
-            *guard = Executor::start(&self.docker, &self.info.container_id, &self.user()).await?;
-            if guard.is_none() {
-                return Ok(None);
-            }
-        }
-        let ex = guard.as_mut().expect("executor present");
+        let Some(ex) = guard.as_mut() else {
+            return Err(SandboxError::ExecutorLost(
+                "it failed earlier in this session".into(),
+            ));
+        };
         match ex.call(req, WATCHDOG).await {
-            Ok(out) => Ok(Some(out)),
+            Ok(out) => Ok(out),
             Err(err) => {
+                // The executor is the container's main process: without it there is no
+                // session. Tell "killed from outside" apart from a failure of our own.
                 *guard = None;
                 drop(guard);
-                // The executor's stream can end a moment before the daemon marks a killed
-                // container as stopped; look a few times before blaming the command.
+                self.gone.store(true, Ordering::Release);
                 for _ in 0..10 {
                     if !self.container_running().await {
-                        self.gone.store(true, Ordering::Release);
                         return Err(SandboxError::ContainerGone(format!(
                             "container {} stopped while running a command",
                             short(&self.info.container_id)
@@ -369,8 +401,6 @@ impl DockerSandbox {
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                // Whatever the lost executor was running must not linger.
-                let _ = self.sweep().await;
                 Err(err)
             }
         }
@@ -546,12 +576,10 @@ impl Sandbox for DockerSandbox {
         self.check_open()?;
         let span = info_span!("exec", argv0 = req.argv.first().map(String::as_str).unwrap_or(""));
         async {
-            if self.info.exec_mode == ExecMode::Persistent
-                && let Some(out) = self.exec_persistent(&req).await?
-            {
-                return Ok(out);
+            match self.info.exec_mode {
+                ExecMode::Persistent => self.exec_persistent(&req).await,
+                ExecMode::PerCall => self.exec_per_call(&req).await,
             }
-            self.exec_per_call(&req).await
         }
         .instrument(span)
         .await

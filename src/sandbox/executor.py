@@ -1,9 +1,15 @@
 # agentbox in-container executor.
 #
-# Started once per sandbox as `python3 -I -c <this file>` through one Docker exec whose stdin
-# and stdout stay attached. Each request spawns one command directly (no runc round trip), so a
-# tool call costs about as much as a process spawn. Everything that bounds a command is enforced
-# here, next to the command: the timeout, the kill of everything it started, the output caps.
+# The sandbox container's main process: PID 1 of its PID namespace, started as
+# `python3 -I -S -c <this file>` with stdin and stdout attached to agentbox through the Docker
+# API. Each request spawns one command directly (no runc round trip), so a tool call costs about
+# as much as a process spawn. Everything that bounds a command is enforced here, next to the
+# command: the timeout, the kill of everything it started, the output caps.
+#
+# Being PID 1 matters: the kernel delivers no signal to a namespace's init from inside the
+# namespace unless init handles it, so not even `kill -9 -1` or `kill -9 1` from a command can
+# end us. As init we also reap every orphan, which is what docker-init would otherwise do. When
+# agentbox goes away, stdin reaches EOF, we exit, and the container stops.
 #
 # Wire format, both directions: a 4-byte big-endian length, then that many bytes of JSON.
 # Byte payloads (stdin, captured output) are base64 inside the JSON.
@@ -43,14 +49,32 @@ def harden():
         signal.signal(sig, lambda *_: None)
 
 
+# Bytes read from stdin while a command ran (the host sends nothing then, but be exact).
+pending_input = bytearray()
+
+
+class HostGone(Exception):
+    """stdin reached EOF: agentbox is gone, and so must we be."""
+
+
 def read_exact(fd, n):
-    buf = bytearray()
+    buf = bytearray(pending_input[:n])
+    del pending_input[:n]
     while len(buf) < n:
         chunk = os.read(fd, n - len(buf))
         if not chunk:
             return None
         buf += chunk
     return bytes(buf)
+
+
+def watch_host():
+    """Called when stdin is readable during a command: EOF means agentbox went away (even by
+    SIGKILL), so the sandbox ends now rather than when the command would have."""
+    chunk = os.read(0, 65536)
+    if not chunk:
+        raise HostGone()
+    pending_input.extend(chunk)
 
 
 def recv():
@@ -117,14 +141,18 @@ def oom_kills():
     return None
 
 
-def reap():
+def reap(proc=None):
+    """Reap every exited child (as init, orphans are ours too). The running command's own exit
+    status is handed to its Popen, which would otherwise find it already reaped."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if proc is not None and pid == proc.pid and proc.returncode is None:
+            proc.returncode = os.waitstatus_to_exitcode(status)
 
 
 def survivors():
@@ -147,12 +175,11 @@ def survivors():
 
 
 def sweep():
-    """SIGKILL every process this uid may signal, except us and the namespace's init.
+    """SIGKILL every process this uid may signal, except us (the caller, and init).
 
-    kill(-1) skips the caller and init; the container's keep-alive process runs as another uid,
-    so it survives. kill(-1) reports success whenever any process exists, even one it may not
-    signal, so whether anything is left is read from /proc. Repeat until nothing is: a fork
-    bomb spawns between rounds.
+    kill(-1) reports success whenever any process exists, even one it may not signal, so
+    whether anything is left is read from /proc. Repeat until nothing is: a fork bomb spawns
+    between rounds.
     """
     deadline = time.monotonic() + 5.0
     rounds = 0
@@ -164,11 +191,126 @@ def sweep():
         reap()
         rounds += 1
         if not survivors() or time.monotonic() > deadline:
+            reap()
             return rounds
         time.sleep(0.001 * min(rounds, 20))
 
 
+def resolve(path):
+    """Like `realpath -m` from /workspace: symlinks resolved inside the container. Returns
+    (absolute path, None) or (None, error response)."""
+    full = os.path.realpath(os.path.join("/workspace", path))
+    if full != "/workspace" and not full.startswith("/workspace/"):
+        return None, result(91, err=full.encode())
+    return full, None
+
+
+def result(code, out=b"", err=b""):
+    return {
+        "exit": code,
+        "signal": None,
+        "timed_out": False,
+        "stdout": {"head": base64.b64encode(out).decode(), "tail": "", "total": len(out)},
+        "stderr": {"head": base64.b64encode(err).decode(), "tail": "", "total": len(err)},
+        "oom_kills": 0,
+        "elapsed": 0.0,
+    }
+
+
+def native_read(path, limit):
+    """The workspace's read script, without spawning anything: same exit codes, same output."""
+    p, bad = resolve(path)
+    if bad:
+        return bad
+    if not os.path.exists(p):
+        return result(92)
+    if os.path.isdir(p):
+        return result(93)
+    if not os.path.isfile(p):
+        return result(94)
+    if not os.access(p, os.R_OK):
+        return result(95)
+    try:
+        size = os.stat(p).st_size
+        with open(p, "rb") as f:
+            data = f.read(int(limit))
+    except PermissionError:
+        return result(95)
+    except OSError as e:
+        return result(97, err=(e.strerror or str(e)).encode())
+    return result(0, out=data, err=f"{size}\n".encode())
+
+
+def native_write(path, mode, data):
+    """The workspace's atomic write script, natively: a temporary file next to the target, then
+    rename(2) over it."""
+    p, bad = resolve(path)
+    if bad:
+        return bad
+    if p == "/workspace/.git" or p.startswith("/workspace/.git/"):
+        return result(97, err=b"the project's .git is read-only in the sandbox")
+    d = os.path.dirname(p)
+    if mode == "create":
+        if os.path.lexists(p):
+            return result(96)
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            return result(97, err=(e.strerror or str(e)).encode())
+        umask = os.umask(0)
+        os.umask(umask)
+        perm = 0o666 & ~umask
+    else:
+        if not os.path.exists(p):
+            return result(92)
+        if os.path.isdir(p):
+            return result(93)
+        if not os.path.isfile(p):
+            return result(94)
+        if not os.access(p, os.W_OK):
+            return result(95)
+        perm = os.stat(p).st_mode & 0o7777
+    tmp = None
+    try:
+        for _ in range(100):
+            tmp = os.path.join(d, ".agentbox-" + os.urandom(4).hex())
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            except FileExistsError:
+                continue
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, perm)
+        finally:
+            os.close(fd)
+        os.replace(tmp, p)
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return result(97, err=(e.strerror or str(e)).encode())
+    return result(0)
+
+
+NATIVE = {
+    "read": lambda args, data: native_read(args[0], args[1]),
+    "write": lambda args, data: native_write(args[0], args[1], data or b""),
+}
+
+
 def run(req):
+    native = req.get("native")
+    if native and native.get("op") in NATIVE:
+        data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+        started = time.monotonic()
+        resp = NATIVE[native["op"]](native.get("args") or [], data)
+        resp["elapsed"] = time.monotonic() - started
+        return resp
     argv = req["argv"]
     timeout = float(req.get("timeout", 120))
     stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
@@ -204,6 +346,7 @@ def run(req):
             pending = None
         else:
             sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+    sel.register(0, selectors.EVENT_READ, "host")
     pidfd = None
     if hasattr(os, "pidfd_open"):
         try:
@@ -219,6 +362,7 @@ def run(req):
     streams = {proc.stdout.fileno(), proc.stderr.fileno()}
     while True:
         now = time.monotonic()
+        reap(proc)
         if not swept and proc.poll() is not None:
             # The command is done; whatever it left behind (a daemon holding stdout open) goes.
             sweep()
@@ -240,13 +384,20 @@ def run(req):
         if drain_until is not None and now >= drain_until:
             break
         until = drain_until if drain_until is not None else deadline
-        wait = max(0.0, until - now)
-        if pidfd is None:
-            wait = min(wait, 0.05)
+        # Wake up now and then to reap orphans that exit while the command runs.
+        wait = min(max(0.0, until - now), 0.05 if pidfd is None else 0.25)
         if not sel.get_map():
             time.sleep(wait)
             continue
         for key, _ in sel.select(wait):
+            if key.data == "host":
+                try:
+                    watch_host()
+                except HostGone:
+                    sel.close()
+                    sweep()
+                    raise
+                continue
             if key.data == "exit":
                 sel.unregister(key.fd)
                 continue
@@ -314,6 +465,8 @@ def main():
             return
         try:
             resp = run(req)
+        except HostGone:
+            return
         except Exception as e:  # a bug here must not take the session down
             sweep()
             resp = {"internal_error": f"{type(e).__name__}: {e}"}

@@ -1,17 +1,16 @@
 //! Host side of the in-container executor (`executor.py`).
 //!
-//! One Docker exec is started per sandbox and kept; requests and responses are length-prefixed
-//! JSON frames over its stdin and stdout. A Docker exec costs ~50 ms of runc work; a request to a
-//! running executor costs a process spawn.
+//! The executor is the container's main process; requests and responses are length-prefixed
+//! JSON frames over its attached stdin and stdout. A Docker exec costs ~50 ms of runc work; a
+//! request to the running executor costs a process spawn, or less for the file operations it
+//! performs natively.
 
 use std::pin::Pin;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecResults};
 use bytes::BytesMut;
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
@@ -77,55 +76,28 @@ impl Stream64 {
 }
 
 impl Executor {
-    /// Start the executor; `Ok(None)` when the image cannot host it (no python3).
-    pub async fn start(
-        docker: &Docker,
-        container: &str,
-        user: &str,
-    ) -> Result<Option<Executor>, SandboxError> {
-        let exec = docker
-            .create_exec(
-                container,
-                CreateExecOptions {
-                    // -I: isolated mode, so a `json.py` in the project (our cwd is `/`, but be
-                    // sure) or PYTHON* variables cannot hijack the executor's imports.
-                    cmd: Some(vec!["python3", "-I", "-c", SOURCE]),
-                    attach_stdin: Some(true),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    user: Some(user),
-                    working_dir: Some("/"),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| super::docker::container_error(container, "create exec", e))?;
-        let started = docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| super::docker::container_error(container, "start exec", e))?;
-        let StartExecResults::Attached { output, input } = started else {
-            return Err(SandboxError::Other("exec started detached".into()));
-        };
+    /// Take over the attach connection of a container whose main process is the executor,
+    /// and wait for its hello. `None` when it never says hello: the image has no python3 (the
+    /// boot script says so and exits), or the executor could not start.
+    pub async fn from_attach(attach: bollard::container::AttachContainerResults) -> Option<Executor> {
         let mut ex = Executor {
-            input,
-            output,
+            input: attach.input,
+            output: attach.output,
             buf: BytesMut::new(),
             diagnostics: Vec::new(),
             next_id: 1,
         };
-        let hello = match tokio::time::timeout(Duration::from_secs(20), ex.read_frame()).await {
+        let hello = match tokio::time::timeout(Duration::from_secs(30), ex.read_frame()).await {
             Ok(Ok(frame)) => frame,
-            // Most likely python3 is missing: the exec ends with "not found" on stderr.
-            Ok(Err(_)) => {
-                tracing::debug!(stderr = %ex.diagnostics_text(), "executor unavailable");
-                return Ok(None);
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, stderr = %ex.diagnostics_text(), "no executor");
+                return None;
             }
-            Err(_) => return Ok(None),
+            Err(_) => return None,
         };
         match serde_json::from_slice::<Hello>(&hello) {
-            Ok(h) if h.ready && h.protocol == PROTOCOL => Ok(Some(ex)),
-            _ => Ok(None),
+            Ok(h) if h.ready && h.protocol == PROTOCOL => Some(ex),
+            _ => None,
         }
     }
 
@@ -187,6 +159,7 @@ impl Executor {
             "stdin": req.stdin.as_ref().map(|d| B64.encode(d)),
             "head": req.head,
             "tail": req.tail,
+            "native": req.native.as_ref().map(|n| serde_json::json!({"op": n.op, "args": n.args})),
         });
         let body = serde_json::to_vec(&body).expect("json");
         let mut frame = Vec::with_capacity(body.len() + 4);

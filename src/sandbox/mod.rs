@@ -6,7 +6,7 @@
 
 mod capture;
 mod docker;
-mod executor;
+pub(crate) mod executor;
 pub mod gc;
 mod policy;
 
@@ -16,7 +16,9 @@ use async_trait::async_trait;
 
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use docker::{DockerSandbox, bind_workspace, connect_docker, docker_endpoint, remove_live_containers};
-pub use policy::{HARNESS_DIR, HOME, Limits, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size};
+pub use policy::{
+    HARNESS_DIR, HOME, Limits, MainProcess, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size,
+};
 
 /// Where the project is mounted inside every sandbox.
 pub const WORKSPACE: &str = "/workspace";
@@ -40,6 +42,16 @@ pub struct ExecRequest {
     /// Bytes kept from the start and from the end of each stream.
     pub head: usize,
     pub tail: usize,
+    /// An operation the executor may perform in-process instead of spawning `argv`, with the
+    /// same exit code and output. One exec per call (and other engines) run `argv`.
+    pub native: Option<NativeOp>,
+}
+
+/// A file operation the in-container executor implements natively (see `executor.py`).
+#[derive(Debug, Clone)]
+pub struct NativeOp {
+    pub op: &'static str,
+    pub args: Vec<String>,
 }
 
 impl ExecRequest {
@@ -67,6 +79,7 @@ impl ExecRequest {
             env: Vec::new(),
             head: 32 * 1024,
             tail: 32 * 1024,
+            native: None,
         }
     }
 
@@ -171,7 +184,7 @@ pub enum SandboxError {
     ImageMissing { image: String, detail: String },
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
-    #[error("the sandbox's command runner stopped unexpectedly ({0}); it is restarted for the next command")]
+    #[error("the sandbox's command runner failed ({0}); the session cannot go on")]
     ExecutorLost(String),
     #[error("docker: {context}: {source}")]
     Docker {
@@ -189,11 +202,6 @@ impl SandboxError {
             context: context.into(),
             source,
         }
-    }
-
-    /// Errors after which no further command can succeed in this sandbox.
-    pub fn is_fatal(&self) -> bool {
-        !matches!(self, SandboxError::ExecutorLost(_))
     }
 }
 

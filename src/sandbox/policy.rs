@@ -68,6 +68,22 @@ pub fn parse_size(text: &str) -> Result<i64, ParseSizeError> {
     Ok((value * (1u64 << shift) as f64) as i64)
 }
 
+/// What runs as the container's main process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MainProcess {
+    /// The executor, as PID 1 and as the sandbox user: commands are spawned by it, it reaps
+    /// orphans, and no signal from inside the sandbox can end it.
+    Executor,
+    /// A keep-alive under docker-init, as another uid (so the sandbox user's `kill -9 -1`
+    /// cannot end it); every command is a Docker exec. For images without python3.
+    KeepAlive,
+}
+
+/// Runs the executor when the image has python3; otherwise says so and exits, and agentbox
+/// starts the sandbox again in keep-alive mode.
+const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-python; exit 3; }; \
+                    exec python3 -I -S -c \"$1\"";
+
 /// How the project reaches `/workspace`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceSource {
@@ -128,7 +144,7 @@ impl SandboxSpec {
         format!("agentbox-{}", self.session)
     }
 
-    pub fn create_body(&self) -> ContainerCreateBody {
+    pub fn create_body(&self, main: MainProcess) -> ContainerCreateBody {
         let mut labels: HashMap<String, String> = HashMap::from([
             (SESSION_LABEL.to_string(), self.session.clone()),
             (PID_LABEL.to_string(), std::process::id().to_string()),
@@ -199,7 +215,8 @@ impl SandboxSpec {
             security_opt: Some(vec!["no-new-privileges".into()]),
             readonly_rootfs: Some(true),
             privileged: Some(false),
-            init: Some(true),
+            // As PID 1 the executor reaps zombies itself; docker-init does it for the keep-alive.
+            init: Some(main == MainProcess::KeepAlive),
             pids_limit: Some(self.limits.pids),
             memory: Some(self.limits.memory_bytes),
             // Equal to memory: no swap, so the memory limit is a real limit.
@@ -216,7 +233,7 @@ impl SandboxSpec {
             // If the host runs short of memory, the sandbox goes first.
             oom_score_adj: Some(500),
             // The daemon removes the container as soon as it stops: when our attach connection
-            // drops (even on SIGKILL) the keep-alive reads EOF, exits, and the container is gone.
+            // drops (even on SIGKILL) the main process reads EOF, exits, and the container is gone.
             auto_remove: Some(true),
             log_config: Some(HostConfigLogConfig {
                 typ: Some("none".into()),
@@ -226,20 +243,36 @@ impl SandboxSpec {
             ..Default::default()
         };
 
+        let (cmd, user) = match main {
+            MainProcess::Executor => (
+                vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    BOOT.into(),
+                    "agentbox-executor".into(),
+                    super::executor::SOURCE.into(),
+                ],
+                self.user(),
+            ),
+            // Waits for EOF on stdin, which agentbox holds open for the life of the session.
+            MainProcess::KeepAlive => (
+                vec!["/bin/sh".into(), "-c".into(), "read -r _ || true".into()],
+                format!("{0}:{0}", self.keepalive_uid()),
+            ),
+        };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            // Waits for EOF on stdin, which agentbox holds open for the life of the session.
-            cmd: Some(vec!["/bin/sh".into(), "-c".into(), "read -r _ || true".into()]),
+            cmd: Some(cmd),
             entrypoint: Some(vec![]),
-            user: Some(format!("{0}:{0}", self.keepalive_uid())),
+            user: Some(user),
             working_dir: Some(WORKSPACE.into()),
             env: Some(self.env()),
             labels: Some(labels),
             open_stdin: Some(true),
             stdin_once: Some(true),
             attach_stdin: Some(true),
-            attach_stdout: Some(false),
-            attach_stderr: Some(false),
+            attach_stdout: Some(main == MainProcess::Executor),
+            attach_stderr: Some(main == MainProcess::Executor),
             tty: Some(false),
             network_disabled: Some(false),
             host_config: Some(host_config),
@@ -283,13 +316,27 @@ mod tests {
 
     #[test]
     fn the_policy_is_locked_down() {
-        let body = spec().create_body();
+        let body = spec().create_body(MainProcess::Executor);
+        assert_eq!(
+            body.user.as_deref(),
+            Some("1000:1000"),
+            "the executor runs as the project owner"
+        );
+        assert_eq!(body.cmd.as_ref().unwrap()[4], crate::sandbox::executor::SOURCE);
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
         assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
         assert_eq!(hc.readonly_rootfs, Some(true));
-        assert_eq!(hc.init, Some(true));
+        assert_eq!(hc.init, Some(false), "the executor is PID 1 and reaps");
+        assert_eq!(
+            spec()
+                .create_body(MainProcess::KeepAlive)
+                .host_config
+                .unwrap()
+                .init,
+            Some(true)
+        );
         assert_eq!(hc.memory, hc.memory_swap);
         assert!(hc.binds.is_none());
         let mounts = hc.mounts.unwrap();
@@ -318,6 +365,9 @@ mod tests {
         assert_eq!(s.keepalive_uid(), 65534);
         s.uid = 65534;
         assert_eq!(s.keepalive_uid(), 65533);
-        assert_eq!(s.create_body().user.as_deref(), Some("65533:65533"));
+        assert_eq!(
+            s.create_body(MainProcess::KeepAlive).user.as_deref(),
+            Some("65533:65533")
+        );
     }
 }

@@ -42,12 +42,9 @@ impl From<FsError> for ToolError {
 }
 
 impl From<SandboxError> for ToolError {
+    /// A sandbox error means no later command can succeed either: the run stops.
     fn from(e: SandboxError) -> Self {
-        if e.is_fatal() {
-            ToolError::Fatal(e.to_string())
-        } else {
-            ToolError::RespondToModel(e.to_string())
-        }
+        ToolError::Fatal(e.to_string())
     }
 }
 

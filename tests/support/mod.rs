@@ -178,3 +178,37 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// An image without python3 (built locally from the agentbox image), to exercise the
+/// one-exec-per-call fallback.
+pub async fn no_python_image(docker: &Docker) -> &'static str {
+    use bollard::query_parameters::BuildImageOptionsBuilder;
+    use futures_util::StreamExt;
+    const TAG: &str = "agentbox-test/nopython:1";
+    if agentbox::image::image_exists(docker, TAG).await.unwrap() {
+        return TAG;
+    }
+    let dockerfile = format!(
+        "FROM {}\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3* && ! command -v python3\n",
+        agentbox::image::DEFAULT_IMAGE
+    );
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(dockerfile.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, "Dockerfile", dockerfile.as_bytes())
+        .unwrap();
+    let body = bollard::body_full(tar.into_inner().unwrap().into());
+    let opts = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(TAG)
+        .rm(true)
+        .build();
+    let mut stream = docker.build_image(opts, None, Some(body));
+    while let Some(item) = stream.next().await {
+        let info = item.expect("build");
+        assert!(info.error_detail.is_none(), "{:?}", info.error_detail);
+    }
+    TAG
+}

@@ -1,0 +1,582 @@
+//! `cargo bench` / `just bench`: agentbox's speed and memory, side by side with the obvious
+//! alternatives, measured in one run so the ratios hold on a noisy machine.
+//!
+//! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
+//! the `docker` CLI for the CLI column; without it that column is skipped).
+//!
+//! Usage: cargo bench --bench bench [-- quick]   ("quick" runs fewer iterations)
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentbox::agent::{Agent, AgentConfig};
+use agentbox::cli::SandboxArgs;
+use agentbox::config::SandboxConfig;
+use agentbox::events::{Event, EventSink};
+use agentbox::model::scripted::Scripted;
+use agentbox::model::{Message, ToolArgs, ToolCall};
+use agentbox::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker};
+use agentbox::tools::{ToolContext, ToolRegistry, ToolSettings};
+use serde_json::json;
+
+struct Stats {
+    median: f64,
+    p90: f64,
+}
+
+fn stats(mut xs: Vec<f64>) -> Stats {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    Stats {
+        median: at(0.5),
+        p90: at(0.9),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn row(name: &str, s: &Stats, unit: &str, note: &str) {
+    println!(
+        "| {name:<58} | {:>9.2} | {:>9.2} | {unit:<5} | {note} |",
+        s.median, s.p90
+    );
+}
+
+fn config(per_call: bool) -> SandboxConfig {
+    let mut cfg = SandboxConfig::from_args(&SandboxArgs {
+        image: agentbox::image::DEFAULT_IMAGE.into(),
+        command_timeout: 120,
+        memory: "2g".into(),
+        cpus: None,
+        pids_limit: 512,
+        tmp_size: "512m".into(),
+        max_file_size: "2g".into(),
+        runtime: None,
+        per_call_exec: per_call,
+    })
+    .expect("config");
+    cfg.per_call_exec = per_call;
+    cfg
+}
+
+fn project_with(files: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("agentbox-bench-")
+        .tempdir()
+        .unwrap();
+    for (name, data) in files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+    dir
+}
+
+fn hundred_kb() -> Vec<u8> {
+    (0..2000)
+        .map(|i| format!("line {i:05} of a file that is about one hundred kilobytes long\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+async fn sandbox(dir: &Path, per_call: bool) -> DockerSandbox {
+    let docker = connect_docker().await.expect("docker");
+    DockerSandbox::create(&docker, config(per_call).bind_spec(dir).unwrap())
+        .await
+        .expect("sandbox")
+}
+
+fn call(name: &str, args: serde_json::Value) -> ToolCall {
+    ToolCall {
+        id: "b".into(),
+        name: name.into(),
+        arguments: ToolArgs::Json(args),
+    }
+}
+
+fn cli_available() -> bool {
+    Command::new("docker")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn time_cmd(n: usize, mut make: impl FnMut() -> Command, input: Option<&[u8]>) -> Stats {
+    let mut xs = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = make();
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        if input.is_some() {
+            c.stdin(Stdio::piped());
+        }
+        let t = Instant::now();
+        let mut child = c.spawn().expect("spawn");
+        if let Some(data) = input {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(data).unwrap();
+        }
+        let st = child.wait().unwrap();
+        xs.push(ms(t.elapsed()));
+        assert!(st.success());
+    }
+    stats(xs)
+}
+
+/// Tool-call round trips: agentbox (executor, and one exec per call) vs the docker CLI vs a
+/// process on the host.
+async fn round_trips(n: usize) {
+    let big = hundred_kb();
+    let dir = project_with(&[("data.txt", big.clone()), ("edit.txt", b"alpha\n".to_vec())]);
+    let settings = ToolSettings::default();
+    let tools = ToolRegistry::standard(true, false);
+    for per_call in [false, true] {
+        let sb = sandbox(dir.path(), per_call).await;
+        let label = if per_call {
+            "agentbox, one docker exec per call"
+        } else {
+            "agentbox (persistent executor)"
+        };
+        let ctx = ToolContext {
+            sandbox: &sb,
+            settings: &settings,
+            approver: None,
+        };
+        let mut t_true = Vec::new();
+        let mut t_read = Vec::new();
+        let mut t_edit = Vec::new();
+        for i in 0..n {
+            let t = Instant::now();
+            let out = sb
+                .exec(ExecRequest::argv(["true"], Duration::from_secs(30)))
+                .await
+                .unwrap();
+            t_true.push(ms(t.elapsed()));
+            assert!(out.success());
+            let t = Instant::now();
+            let r = tools
+                .dispatch(
+                    &call("read_file", json!({"path": "data.txt", "limit": 5000})),
+                    &ctx,
+                )
+                .await;
+            t_read.push(ms(t.elapsed()));
+            assert!(!r.is_error, "{}", r.content);
+            let (old, new) = if i % 2 == 0 {
+                ("alpha", "beta")
+            } else {
+                ("beta", "alpha")
+            };
+            let t = Instant::now();
+            let r = tools
+                .dispatch(
+                    &call("edit_file", json!({"path": "edit.txt", "old": old, "new": new})),
+                    &ctx,
+                )
+                .await;
+            t_edit.push(ms(t.elapsed()));
+            assert!(!r.is_error, "{}", r.content);
+        }
+        row(&format!("`true` round trip: {label}"), &stats(t_true), "ms", "");
+        row(
+            &format!("read_file 100 KB: {label}"),
+            &stats(t_read),
+            "ms",
+            "read + number lines",
+        );
+        row(
+            &format!("edit_file: {label}"),
+            &stats(t_edit),
+            "ms",
+            "read, replace, atomic write",
+        );
+        if !per_call && cli_available() {
+            let cid = sb.info().container_id.clone();
+            let uid = format!("{}:{}", sb.info().uid, sb.info().gid);
+            let s = time_cmd(
+                n,
+                || {
+                    let mut c = Command::new("docker");
+                    c.args(["exec", "-u", &uid, &cid, "true"]);
+                    c
+                },
+                None,
+            );
+            row(
+                "`true` round trip: `docker exec` through the CLI",
+                &s,
+                "ms",
+                "same container",
+            );
+            let s = time_cmd(
+                n,
+                || {
+                    let mut c = Command::new("docker");
+                    c.args(["exec", "-u", &uid, "-w", "/workspace", &cid, "cat", "data.txt"]);
+                    c
+                },
+                None,
+            );
+            row(
+                "read 100 KB: `docker exec cat` through the CLI",
+                &s,
+                "ms",
+                "bytes only, no numbering",
+            );
+            let s = time_cmd(
+                n,
+                || {
+                    let mut c = Command::new("docker");
+                    c.args([
+                        "exec",
+                        "-i",
+                        "-u",
+                        &uid,
+                        "-w",
+                        "/workspace",
+                        &cid,
+                        "sh",
+                        "-c",
+                        "cat > .e.tmp && mv .e.tmp edit.txt",
+                    ]);
+                    c
+                },
+                Some(b"alpha\n"),
+            );
+            row(
+                "write: `docker exec -i sh -c 'cat > tmp && mv'` (CLI)",
+                &s,
+                "ms",
+                "no read or match",
+            );
+        }
+        sb.shutdown().await.unwrap();
+    }
+    let s = time_cmd(n, || Command::new("true"), None);
+    row("`true`: a process spawned on the host", &s, "ms", "the floor");
+    let path = dir.path().join("data.txt");
+    let s = time_cmd(
+        n,
+        || {
+            let mut c = Command::new("cat");
+            c.arg(&path);
+            c
+        },
+        None,
+    );
+    row("read 100 KB: `cat` on the host", &s, "ms", "");
+    let edit = dir.path().join("edit.txt");
+    let script = format!("cat > {0}.tmp && mv {0}.tmp {0}", edit.display());
+    let s = time_cmd(
+        n,
+        || {
+            let mut c = Command::new("sh");
+            c.args(["-c", &script]);
+            c
+        },
+        Some(b"alpha\n"),
+    );
+    row("write: `sh -c 'cat > tmp && mv'` on the host", &s, "ms", "");
+}
+
+/// Create → first command → removal, and where the time goes.
+async fn startup(n: usize) {
+    let dir = project_with(&[("a.py", b"x = 1\n".to_vec())]);
+    let docker = connect_docker().await.unwrap();
+    let (mut create, mut first, mut remove, mut total) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let sb = DockerSandbox::create(&docker, config(false).bind_spec(dir.path()).unwrap())
+            .await
+            .unwrap();
+        let t1 = Instant::now();
+        sb.exec(ExecRequest::argv(["true"], Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let t2 = Instant::now();
+        sb.shutdown().await.unwrap();
+        let t3 = Instant::now();
+        create.push(ms(t1 - t0));
+        first.push(ms(t2 - t1));
+        remove.push(ms(t3 - t2));
+        total.push(ms(t2 - t0));
+    }
+    row(
+        "sandbox ready: create + start + executor",
+        &stats(create),
+        "ms",
+        "full policy",
+    );
+    row("first command after ready", &stats(first), "ms", "");
+    row("create → first command done", &stats(total), "ms", "target < 500");
+    row("removal", &stats(remove), "ms", "");
+    if cli_available() {
+        let s = time_cmd(
+            n,
+            || {
+                let mut c = Command::new("docker");
+                c.args([
+                    "run",
+                    "--rm",
+                    "--network",
+                    "none",
+                    agentbox::image::DEFAULT_IMAGE,
+                    "true",
+                ]);
+                c
+            },
+            None,
+        );
+        row(
+            "`docker run --rm IMAGE true` through the CLI (no policy)",
+            &s,
+            "ms",
+            "for scale",
+        );
+    }
+}
+
+struct Quiet;
+impl EventSink for Quiet {
+    fn emit(&self, _: &Event<'_>) {}
+}
+
+/// 50 tool calls per session: 10 turns of five calls, then an answer.
+fn load_script() -> String {
+    let mut turns = Vec::new();
+    for t in 0..10 {
+        turns.push(json!({"tool_calls": [
+            {"name": "list_files", "arguments": {}},
+            {"name": "read_file", "arguments": {"path": "data.txt", "limit": 50}},
+            {"name": "search", "arguments": {"pattern": "line 0001"}},
+            {"name": "bash", "arguments": {"command": "true"}},
+            {"name": "edit_file", "arguments": {"path": format!("out{t}.txt"), "old": "", "new": "x\n"}}
+        ]}));
+    }
+    turns.push(json!({"text": "done"}));
+    json!({ "turns": turns }).to_string()
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// In a child process (for its own peak RSS): N sessions at once, 50 tool calls each.
+async fn load_child(n: usize) {
+    let dirs: Vec<tempfile::TempDir> = (0..n)
+        .map(|_| project_with(&[("data.txt", hundred_kb())]))
+        .collect();
+    let script = load_script();
+    let barrier = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut tasks = Vec::new();
+    for d in &dirs {
+        let path = d.path().to_path_buf();
+        let script = script.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            let sb = sandbox(&path, false).await;
+            barrier.wait().await;
+            let model = Scripted::from_json(&script, "load").unwrap();
+            let tools = ToolRegistry::standard(true, false);
+            let settings = ToolSettings {
+                test_command: Some("true".into()),
+                ..Default::default()
+            };
+            let agent = Agent {
+                model: &model,
+                tools: &tools,
+                ctx: ToolContext {
+                    sandbox: &sb,
+                    settings: &settings,
+                    approver: None,
+                },
+                events: &Quiet,
+                config: AgentConfig {
+                    max_steps: 20,
+                    ..Default::default()
+                },
+                system: String::new(),
+            };
+            let mut messages = vec![Message::user_text("go")];
+            let r = agent.run(&mut messages).await;
+            assert_eq!(r.steps, 11, "{:?}", r.stop);
+            let done = Instant::now();
+            sb.shutdown().await.unwrap();
+            done
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut last = started;
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    let secs = (last - started).as_secs_f64();
+    println!(
+        "{}",
+        json!({"calls_per_sec": (n * 50) as f64 / secs, "secs": secs, "peak_rss_mib": peak_rss_mib()})
+    );
+}
+
+/// In a child process: 1 GiB on stdout, through each exec mode.
+async fn flood_child(per_call: bool) {
+    let dir = project_with(&[]);
+    let sb = sandbox(dir.path(), per_call).await;
+    let t = Instant::now();
+    let out = sb
+        .exec(
+            ExecRequest::shell("head -c 1073741824 /dev/zero", Duration::from_secs(300)).capture(4000, 8000),
+        )
+        .await
+        .unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(out.stdout.total, 1 << 30);
+    sb.shutdown().await.unwrap();
+    println!("{}", json!({"secs": secs, "peak_rss_mib": peak_rss_mib()}));
+}
+
+fn child(args: &[&str]) -> serde_json::Value {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap()).unwrap()
+}
+
+fn load_and_flood(repeats: usize) {
+    for n in [1usize, 4, 16, 32] {
+        let runs: Vec<serde_json::Value> = (0..repeats)
+            .map(|_| child(&["child-load", &n.to_string()]))
+            .collect();
+        let cps = stats(
+            runs.iter()
+                .map(|r| r["calls_per_sec"].as_f64().unwrap())
+                .collect(),
+        );
+        let rss = stats(runs.iter().map(|r| r["peak_rss_mib"].as_f64().unwrap()).collect());
+        row(
+            &format!("{n} concurrent sessions × 50 calls: tool calls/s"),
+            &cps,
+            "/s",
+            "scripted model",
+        );
+        row(
+            &format!("{n} concurrent sessions: host peak RSS"),
+            &rss,
+            "MiB",
+            "whole process",
+        );
+    }
+    for (mode, arg) in [
+        ("persistent executor", "persistent"),
+        ("one exec per call", "per-call"),
+    ] {
+        let runs: Vec<serde_json::Value> = (0..repeats).map(|_| child(&["child-flood", arg])).collect();
+        row(
+            &format!("1 GiB flood ({mode}): seconds"),
+            &stats(runs.iter().map(|r| r["secs"].as_f64().unwrap()).collect()),
+            "s",
+            "",
+        );
+        row(
+            &format!("1 GiB flood ({mode}): host peak RSS"),
+            &stats(runs.iter().map(|r| r["peak_rss_mib"].as_f64().unwrap()).collect()),
+            "MiB",
+            "",
+        );
+    }
+}
+
+/// list_files and search on a generated 50 000-file repository.
+async fn big_repo(n: usize) {
+    let dir = tempfile::Builder::new()
+        .prefix("agentbox-bench-repo-")
+        .tempdir()
+        .unwrap();
+    for d in 0..500 {
+        let sub = dir.path().join(format!("pkg{d:03}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..100 {
+            let body = if d == 250 && f == 50 {
+                "needle = 1\n".to_string()
+            } else {
+                format!("value_{d}_{f} = {f}\n")
+            };
+            std::fs::write(sub.join(format!("mod{f:03}.py")), body).unwrap();
+        }
+    }
+    let sb = sandbox(dir.path(), false).await;
+    let settings = ToolSettings::default();
+    let tools = ToolRegistry::standard(true, false);
+    let ctx = ToolContext {
+        sandbox: &sb,
+        settings: &settings,
+        approver: None,
+    };
+    for (label, c) in [
+        (
+            "list_files on 50 000 files (shows 500)",
+            call("list_files", json!({})),
+        ),
+        (
+            "search on 50 000 files (one match)",
+            call("search", json!({"pattern": "needle"})),
+        ),
+        (
+            "search on 50 000 files (every file matches)",
+            call("search", json!({"pattern": "= "})),
+        ),
+    ] {
+        let mut xs = Vec::new();
+        let mut size = 0;
+        for _ in 0..n {
+            let t = Instant::now();
+            let r = tools.dispatch(&c, &ctx).await;
+            xs.push(t.elapsed().as_secs_f64());
+            assert!(!r.is_error, "{}", r.content);
+            size = r.content.len();
+        }
+        row(label, &stats(xs), "s", &format!("result {size} bytes"));
+    }
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    match args.first().map(String::as_str) {
+        Some("child-load") => return load_child(args[1].parse().unwrap()).await,
+        Some("child-flood") => return flood_child(args[1] == "per-call").await,
+        _ => {}
+    }
+    let quick = args.iter().any(|a| a == "quick");
+    let (n, starts, repeats, repo) = if quick { (20, 5, 1, 2) } else { (200, 20, 3, 5) };
+    println!(
+        "agentbox benchmarks ({} mode): median and p90 of repeated runs, all measured in this run\n",
+        if quick { "quick" } else { "full" }
+    );
+    println!(
+        "| {:<58} | {:>9} | {:>9} | unit  | note |",
+        "what", "median", "p90"
+    );
+    println!(
+        "|{}|{}|{}|-------|------|",
+        "-".repeat(60),
+        "-".repeat(11),
+        "-".repeat(11)
+    );
+    round_trips(n).await;
+    startup(starts).await;
+    load_and_flood(repeats);
+    big_repo(repo).await;
+}
