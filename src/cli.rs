@@ -254,6 +254,20 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Copy the project into the sandbox instead of mounting it: the project directory is not
+    /// written during the run; the changes come out as a patch file.
+    #[arg(long)]
+    pub isolate: bool,
+
+    /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
+    #[arg(long, value_name = "FILE", requires = "isolate")]
+    pub patch: Option<PathBuf>,
+
+    /// With --isolate: apply the changes to the project afterwards, all or nothing, refusing if
+    /// the project's files changed during the run.
+    #[arg(long, requires = "isolate")]
+    pub apply: bool,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 

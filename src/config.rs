@@ -67,6 +67,20 @@ impl SandboxConfig {
         })
     }
 
+    /// The spec for a sandbox with `project` copied into a fresh volume from the tar `seed`.
+    pub fn volume_spec(
+        &self,
+        project: &Path,
+        seed: &Path,
+    ) -> Result<SandboxSpec, crate::sandbox::SandboxError> {
+        let mut spec = self.bind_spec(project)?;
+        spec.workspace = crate::sandbox::WorkspaceSource::Volume {
+            name: format!("agentbox-{}", spec.session),
+            seed: seed.to_path_buf(),
+        };
+        Ok(spec)
+    }
+
     /// The spec for a sandbox with `project` bind-mounted.
     pub fn bind_spec(&self, project: &Path) -> Result<SandboxSpec, crate::sandbox::SandboxError> {
         let (workspace, uid, gid) = crate::sandbox::bind_workspace(project)?;
@@ -234,11 +248,23 @@ impl ModelConfig {
     }
 }
 
+#[derive(Debug, Clone, Default)]
+pub struct IsolateSettings {
+    /// Project paths (relative, `/`-separated) not copied in, e.g. an eval task's TASK.md.
+    pub exclude: Vec<String>,
+    /// Where the patch goes; `None`: `./agentbox-SESSION.patch`, or nowhere for eval.
+    pub patch: Option<std::path::PathBuf>,
+    pub write_patch: bool,
+    pub apply: bool,
+}
+
 /// Everything `run`, `chat` and `demo` need, resolved and validated.
 #[derive(Debug, Clone)]
 pub struct AgentSettings {
     pub sandbox: SandboxConfig,
     pub model: ModelConfig,
+    /// Copy in, patch out, instead of a bind mount.
+    pub isolate: Option<IsolateSettings>,
     pub max_steps: u32,
     pub test_cmd: Option<String>,
     pub shell: bool,
@@ -256,6 +282,7 @@ impl AgentSettings {
         Ok(AgentSettings {
             sandbox: SandboxConfig::from_args(&args.sandbox)?,
             model: ModelConfig::from_args(&args.model)?,
+            isolate: None,
             max_steps: args.max_steps,
             test_cmd: args.test_cmd.clone(),
             shell: !args.no_shell,

@@ -10,6 +10,7 @@ pub mod config;
 pub mod config_file;
 pub mod events;
 pub mod image;
+pub mod isolate;
 pub mod model;
 pub mod report;
 pub mod sandbox;

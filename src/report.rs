@@ -62,6 +62,11 @@ pub struct Report {
     pub exit_code: u8,
     /// Things the user must know about, e.g. a `.git` planted in the project.
     pub warnings: Vec<String>,
+    /// `--isolate`: where the patch was written.
+    pub patch_file: Option<String>,
+    /// `--apply`: the paths written and deleted on the host, or why nothing was.
+    pub applied: Option<Vec<String>>,
+    pub apply_error: Option<String>,
 }
 
 impl Report {
@@ -131,6 +136,19 @@ impl Report {
                 };
                 s.push_str(&format!("  {:<40} {counts}\n", f.path));
             }
+        }
+        if let Some(p) = &self.patch_file {
+            s.push_str(&format!(
+                "patch:    {p} (the project itself was not touched; `git apply` it, or rerun with --apply)\n"
+            ));
+        }
+        match (&self.applied, &self.apply_error) {
+            (Some(paths), _) => s.push_str(&format!(
+                "applied:  {} path(s) changed in the project\n",
+                paths.len()
+            )),
+            (None, Some(e)) => s.push_str(&format!("applied:  NOTHING: {e}\n")),
+            _ => {}
         }
         if let Some(summary) = &self.summary {
             s.push_str("\nmodel's summary (its own words; the test result above is agentbox's):\n");

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, guard, prompt};
-use crate::commands::open_sandbox;
+use crate::commands::{open_sandbox, open_spec};
 use crate::config::AgentSettings;
+use crate::config::IsolateSettings;
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
+use crate::isolate::{self, Content, Manifest};
 use crate::model::{ModelClient, ToolChoice, pricing};
 use crate::report::{Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
@@ -20,6 +22,15 @@ use crate::workspace::Workspace;
 
 /// Largest diff kept for the report.
 const MAX_DIFF_BYTES: usize = 4 << 20;
+/// Largest patch (and changed file) brought out of an `--isolate` sandbox.
+const MAX_PATCH_BYTES: usize = 64 << 20;
+
+/// An `--isolate` session: what was copied in, to check the host against before `--apply`.
+struct Isolation {
+    project: std::path::PathBuf,
+    manifest: Manifest,
+    settings: IsolateSettings,
+}
 
 pub struct Session {
     pub sandbox: DockerSandbox,
@@ -32,6 +43,7 @@ pub struct Session {
     baseline_error: Option<String>,
     /// `.git` paths present at the start; any other found at the end was planted.
     git_dirs_before: Option<Vec<String>>,
+    isolation: Option<Isolation>,
     approver: Option<TerminalApprover>,
     started: Instant,
 }
@@ -63,7 +75,29 @@ impl Session {
         });
         // The model client first: a missing script or key fails before any container starts.
         let model = settings.model.client(Some(on_retry))?;
-        let (_docker, sandbox) = open_sandbox(&settings.sandbox, project).await?;
+        let (sandbox, isolation) = match &settings.isolate {
+            None => (open_sandbox(&settings.sandbox, project).await?.1, None),
+            Some(iso) => {
+                let (_, uid, gid) = crate::sandbox::bind_workspace(project)?;
+                let root = project.canonicalize()?;
+                let exclude = iso.exclude.clone();
+                let dir = root.clone();
+                let packed = tokio::task::spawn_blocking(move || {
+                    isolate::pack(&dir, uid, gid, &|p| exclude.iter().any(|e| e == p))
+                })
+                .await??;
+                let spec = settings.sandbox.volume_spec(project, packed.tar.path())?;
+                let (_, sb) = open_spec(&settings.sandbox, spec).await?;
+                (
+                    sb,
+                    Some(Isolation {
+                        project: root,
+                        manifest: packed.manifest,
+                        settings: iso.clone(),
+                    }),
+                )
+            }
+        };
         let timeout = settings.sandbox.command_timeout;
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
@@ -120,6 +154,7 @@ impl Session {
             },
             baseline_error,
             git_dirs_before,
+            isolation,
             approver: settings.approve.then_some(TerminalApprover),
             started: Instant::now(),
         })
@@ -252,6 +287,9 @@ impl Session {
             elapsed_secs: self.started.elapsed().as_secs_f64(),
             exit_code,
             warnings,
+            patch_file: None,
+            applied: None,
+            apply_error: None,
         }
     }
 
@@ -263,6 +301,65 @@ impl Session {
                 vec!["could not list .git directories at the start; check the project for new ones".into()]
             }
         }
+    }
+
+    /// `--isolate`: write the patch, and with `--apply` bring the changes into the project.
+    pub async fn finish_isolated(&self, report: &mut Report) {
+        let Some(iso) = &self.isolation else { return };
+        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
+        if iso.settings.write_patch {
+            let path =
+                iso.settings.patch.clone().unwrap_or_else(|| {
+                    std::path::PathBuf::from(format!("agentbox-{}.patch", report.session))
+                });
+            match baseline::diff_bytes(&self.sandbox, timeout, MAX_PATCH_BYTES, true).await {
+                Ok((bytes, false)) => match std::fs::write(&path, &bytes) {
+                    Ok(()) => report.patch_file = Some(path.display().to_string()),
+                    Err(e) => report
+                        .warnings
+                        .push(format!("cannot write the patch {}: {e}", path.display())),
+                },
+                Ok((_, true)) => report.warnings.push(format!(
+                    "the patch is larger than {MAX_PATCH_BYTES} bytes; not written"
+                )),
+                Err(e) => report.warnings.push(format!("no patch: {e}")),
+            }
+        }
+        if iso.settings.apply {
+            match self.apply_changes(iso).await {
+                Ok(paths) => report.applied = Some(paths),
+                Err(e) => {
+                    report.apply_error = Some(e);
+                    report.exit_code = crate::report::exit::ERROR;
+                }
+            }
+        }
+    }
+
+    async fn apply_changes(&self, iso: &Isolation) -> Result<Vec<String>, String> {
+        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
+        let changes = baseline::changes(&self.sandbox, timeout).await?;
+        let mut contents = std::collections::HashMap::new();
+        for ch in changes.iter().filter(|c| c.status != 'D') {
+            let tar = self
+                .sandbox
+                .get_archive(
+                    &format!("{}/{}", crate::sandbox::WORKSPACE, ch.path),
+                    MAX_PATCH_BYTES as u64,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let content: Content =
+                isolate::content_from_archive(&ch.path, &tar).map_err(|e| e.to_string())?;
+            contents.insert(ch.path.clone(), content);
+        }
+        let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+        let applied =
+            tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &changes, &contents))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        Ok(applied.written.into_iter().chain(applied.deleted).collect())
     }
 
     pub async fn close(self) {

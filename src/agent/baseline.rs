@@ -9,9 +9,20 @@
 
 use std::time::Duration;
 
+use crate::isolate::{Change, parse_name_status};
 use crate::report::ChangedFile;
 use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
-use crate::workspace::SKIPPED_DIRS;
+
+/// Left out of the snapshot besides what `.gitignore` says: caches that tools rewrite at will.
+/// Build output is usually ignored by the project itself; when it is not, it is the project's.
+const DIFF_EXCLUDES: &[&str] = &[
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".tox",
+    ".nox",
+];
 
 fn env_prefix() -> String {
     format!(
@@ -21,7 +32,7 @@ fn env_prefix() -> String {
 }
 
 fn snapshot_script() -> String {
-    let excludes: Vec<String> = SKIPPED_DIRS.iter().map(|d| format!("'/{d}/' '{d}/'")).collect();
+    let excludes: Vec<String> = DIFF_EXCLUDES.iter().map(|d| format!("'{d}/'")).collect();
     format!(
         r#"set -e
 {env}rm -rf "$GIT_DIR"
@@ -48,6 +59,7 @@ fn diff_script(binary: bool) -> String {
 {env}git add -A 2>/dev/null
 base=$(cat "$GIT_DIR/BASELINE")
 if [ "$1" = numstat ]; then exec git diff --cached --no-renames --numstat "$base"; fi
+if [ "$1" = names ]; then exec git diff --cached --no-renames --name-status -z "$base"; fi
 exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames {binary} "$base"
 "#,
         env = env_prefix(),
@@ -77,6 +89,19 @@ pub async fn diff(
     max_bytes: usize,
     binary: bool,
 ) -> Result<String, String> {
+    diff_bytes(sandbox, timeout, max_bytes, binary)
+        .await
+        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The diff as bytes (a patch must keep non-UTF-8 content), and whether it was cut at
+/// `max_bytes`.
+pub async fn diff_bytes(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+    max_bytes: usize,
+    binary: bool,
+) -> Result<(Vec<u8>, bool), String> {
     let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(binary), "sh", "patch"], timeout)
         .capture(max_bytes, 0);
     let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
@@ -87,7 +112,8 @@ pub async fn diff(
             out.stderr.to_text().trim()
         ));
     }
-    Ok(out.stdout.to_text())
+    let cut = out.stdout.truncated();
+    Ok((out.stdout.head, cut))
 }
 
 /// Files changed since the snapshot, with line counts (`None` for binary files).
@@ -103,6 +129,21 @@ pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<V
         ));
     }
     Ok(parse_numstat(&out.stdout.to_text()))
+}
+
+/// Changed paths with their status (A, M, D, T), for bringing them back out (`--isolate`).
+pub async fn changes(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<Change>, String> {
+    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(false), "sh", "names"], timeout)
+        .capture(16 << 20, 0);
+    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
+    if !out.success() || out.stdout.truncated() {
+        return Err(format!(
+            "git diff failed ({}): {}",
+            out.status_line(),
+            out.stderr.to_text().trim()
+        ));
+    }
+    Ok(parse_name_status(&out.stdout.head))
 }
 
 pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::cli::RunArgs;
-use crate::config::AgentSettings;
+use crate::config::{AgentSettings, IsolateSettings};
 use crate::events::{Event, EventSink};
 use crate::model::Message;
 use crate::report::Report;
@@ -12,7 +12,15 @@ use crate::session::{Session, event_sinks};
 pub const DEFAULT_TASK: &str = "The test suite is failing. Find out why and fix the code.";
 
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let settings = AgentSettings::from_args(&args.agent)?;
+    let mut settings = AgentSettings::from_args(&args.agent)?;
+    if args.isolate {
+        settings.isolate = Some(IsolateSettings {
+            exclude: Vec::new(),
+            patch: args.patch.clone(),
+            write_patch: true,
+            apply: args.apply,
+        });
+    }
     let task = if args.task.is_empty() {
         DEFAULT_TASK.to_string()
     } else {
@@ -29,7 +37,8 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     let session = Session::open(settings, project, events.clone()).await?;
     let mut messages = vec![Message::user_text(task)];
     let result = session.agent().run(&mut messages).await;
-    let report = session.report(&result).await;
+    let mut report = session.report(&result).await;
+    session.finish_isolated(&mut report).await;
     events.emit(&Event::Finished { report: &report });
     session.close().await;
     Ok(report)

@@ -109,14 +109,122 @@ fn live() -> &'static Mutex<HashMap<String, (Docker, String)>> {
     LIVE.get_or_init(Default::default)
 }
 
-/// Remove every container this process still has. Called on every exit path of `main`; on a
-/// normal exit there are none left, after an interruption or a panic there may be.
+/// Volumes of `--isolate` sessions this process has not yet removed.
+fn live_volumes() -> &'static Mutex<HashMap<String, Docker>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+/// Remove every container (then volume) this process still has. Called on every exit path of
+/// `main`; on a normal exit there are none left, after an interruption or a panic there may be.
 pub async fn remove_live_containers() {
     let all: Vec<(String, (Docker, String))> = live().lock().expect("live lock").drain().collect();
     for (id, (docker, user)) in all {
         tidy(&docker, &id, &user).await;
         remove_container(&docker, &id).await;
     }
+    let volumes: Vec<(String, Docker)> = live_volumes().lock().expect("live lock").drain().collect();
+    for (name, docker) in volumes {
+        remove_volume(&docker, &name).await;
+    }
+}
+
+async fn remove_volume(docker: &Docker, name: &str) {
+    let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
+        .force(true)
+        .build();
+    // A volume is busy until its container is gone; the container's removal can lag a little.
+    for _ in 0..50 {
+        match docker.remove_volume(name, Some(opts.clone())).await {
+            Ok(()) => return,
+            Err(e) if status_of(&e) == Some(404) => return,
+            Err(e) if status_of(&e) == Some(409) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => {
+                tracing::warn!(volume = name, error = %e, "could not remove volume");
+                return;
+            }
+        }
+    }
+    tracing::warn!(
+        volume = name,
+        "volume still in use; `agentbox gc` removes it later"
+    );
+}
+
+/// Create the session's volume and fill it: the project's tar goes in through the archive
+/// API, then a seeder with only CAP_CHOWN gives the volume's root to the sandbox user.
+async fn prepare_volume(
+    docker: &Docker,
+    spec: &SandboxSpec,
+    name: &str,
+    seed: &Path,
+) -> Result<(), SandboxError> {
+    let labels = spec.labels();
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(name.to_string()),
+            labels: Some(labels),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| SandboxError::docker("create volume", e))?;
+    live_volumes()
+        .lock()
+        .expect("live lock")
+        .insert(name.to_string(), docker.clone());
+    let seeder = docker
+        .create_container(
+            Some(
+                CreateContainerOptionsBuilder::default()
+                    .name(&format!("{}-seed", spec.container_name()))
+                    .build(),
+            ),
+            spec.seeder_body(name),
+        )
+        .await
+        .map_err(|e| match status_of(&e) {
+            Some(404) => SandboxError::ImageMissing {
+                image: spec.image.clone(),
+                detail: String::new(),
+            },
+            _ => SandboxError::docker("create the seeding container", e),
+        })?;
+    let id = seeder.id;
+    live()
+        .lock()
+        .expect("live lock")
+        .insert(id.clone(), (docker.clone(), "0:0".into()));
+    let result = async {
+        let file = tokio::fs::File::open(seed)
+            .await
+            .map_err(|e| SandboxError::Other(format!("cannot read the project archive: {e}")))?;
+        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+        let opts = UploadToContainerOptionsBuilder::default()
+            .path(super::WORKSPACE)
+            .build();
+        docker
+            .upload_to_container(&id, Some(opts), body)
+            .await
+            .map_err(|e| SandboxError::docker("copy the project into the sandbox", e))?;
+        docker
+            .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| SandboxError::docker("start the seeding container", e))?;
+        let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+        match wait.next().await {
+            Some(Ok(r)) if r.status_code == 0 => Ok(()),
+            Some(Ok(r)) => Err(SandboxError::Other(format!(
+                "preparing the volume failed (status {})",
+                r.status_code
+            ))),
+            Some(Err(e)) => Err(SandboxError::docker("wait for the seeding container", e)),
+            None => Err(SandboxError::Other("the seeding container vanished".into())),
+        }
+    }
+    .await;
+    live().lock().expect("live lock").remove(&id);
+    remove_container(docker, &id).await;
+    result
 }
 
 /// Before removing a container whose session was interrupted: stop what runs in it, and delete
@@ -233,6 +341,8 @@ pub struct DockerSandbox {
     gone: AtomicBool,
     /// OOM-kill count seen last (per-call mode reads it after a SIGKILL to say "out of memory").
     oom_seen: AtomicI64,
+    /// The `--isolate` volume this sandbox owns and removes.
+    volume: Option<String>,
 }
 
 impl DockerSandbox {
@@ -241,15 +351,41 @@ impl DockerSandbox {
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
-            if !spec.per_call_exec {
-                if let Some(sb) = Self::create_as(docker, &spec, MainProcess::Executor).await? {
-                    return Ok(sb);
+            let volume = match &spec.workspace {
+                WorkspaceSource::Volume { name, seed } => {
+                    if let Err(e) = prepare_volume(docker, &spec, name, seed).await {
+                        live_volumes().lock().expect("live lock").remove(name);
+                        remove_volume(docker, name).await;
+                        return Err(e);
+                    }
+                    Some(name.clone())
                 }
-                debug!("the image has no python3: one docker exec per command");
+                WorkspaceSource::Bind { .. } => None,
+            };
+            let created = async {
+                if !spec.per_call_exec {
+                    if let Some(sb) = Self::create_as(docker, &spec, MainProcess::Executor).await? {
+                        return Ok(sb);
+                    }
+                    debug!("the image has no python3: one docker exec per command");
+                }
+                Self::create_as(docker, &spec, MainProcess::KeepAlive)
+                    .await?
+                    .ok_or_else(|| SandboxError::Other("the sandbox's keep-alive did not start".into()))
             }
-            Self::create_as(docker, &spec, MainProcess::KeepAlive)
-                .await?
-                .ok_or_else(|| SandboxError::Other("the sandbox's keep-alive did not start".into()))
+            .await;
+            match (created, volume) {
+                (Ok(mut sb), volume) => {
+                    sb.volume = volume;
+                    Ok(sb)
+                }
+                (Err(e), Some(name)) => {
+                    live_volumes().lock().expect("live lock").remove(&name);
+                    remove_volume(docker, &name).await;
+                    Err(e)
+                }
+                (Err(e), None) => Err(e),
+            }
         }
         .instrument(span)
         .await
@@ -336,6 +472,7 @@ impl DockerSandbox {
                 closed: AtomicBool::new(false),
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
+                volume: None,
             };
             if exec_mode == ExecMode::PerCall {
                 let n = sb.read_oom_kills().await;
@@ -628,6 +765,10 @@ impl Sandbox for DockerSandbox {
         self.keepalive.lock().expect("keepalive lock").take();
         remove_container(&self.docker, &id).await;
         live().lock().expect("live lock").remove(&id);
+        if let Some(name) = &self.volume {
+            remove_volume(&self.docker, name).await;
+            live_volumes().lock().expect("live lock").remove(name);
+        }
         Ok(())
     }
 }

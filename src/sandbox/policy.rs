@@ -89,8 +89,9 @@ const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-pyt
 pub enum WorkspaceSource {
     /// The host directory itself, read-write, with its `.git` read-only on top.
     Bind { project: PathBuf, git: Option<PathBuf> },
-    /// A labelled Docker volume the project was copied into (`--isolate`).
-    Volume { name: String },
+    /// A labelled Docker volume the project is copied into (`--isolate`): `seed` is a tar of
+    /// the project, extracted into the volume before the sandbox starts.
+    Volume { name: String, seed: PathBuf },
 }
 
 /// Everything needed to create one sandbox container.
@@ -140,17 +141,55 @@ impl SandboxSpec {
         .into()
     }
 
-    pub fn container_name(&self) -> String {
-        format!("agentbox-{}", self.session)
-    }
-
-    pub fn create_body(&self, main: MainProcess) -> ContainerCreateBody {
+    pub fn labels(&self) -> HashMap<String, String> {
         let mut labels: HashMap<String, String> = HashMap::from([
             (SESSION_LABEL.to_string(), self.session.clone()),
             (PID_LABEL.to_string(), std::process::id().to_string()),
             (HOST_LABEL.to_string(), super::gc::hostname()),
         ]);
         labels.extend(self.labels.iter().cloned());
+        labels
+    }
+
+    /// A short-lived root container with only CAP_CHOWN that gives the fresh volume's root to
+    /// the sandbox user (the archive API cannot). It runs no project code: only `chown`.
+    pub fn seeder_body(&self, volume: &str) -> ContainerCreateBody {
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(vec!["chown".into(), self.user(), WORKSPACE.into()]),
+            entrypoint: Some(vec![]),
+            user: Some("0:0".into()),
+            labels: Some(self.labels()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                cap_add: Some(vec!["CHOWN".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                readonly_rootfs: Some(true),
+                mounts: Some(vec![Mount {
+                    target: Some(WORKSPACE.to_string()),
+                    source: Some(volume.to_string()),
+                    typ: Some(MountType::VOLUME),
+                    ..Default::default()
+                }]),
+                log_config: Some(HostConfigLogConfig {
+                    typ: Some("none".into()),
+                    config: None,
+                }),
+                runtime: self.runtime.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn container_name(&self) -> String {
+        format!("agentbox-{}", self.session)
+    }
+
+    pub fn create_body(&self, main: MainProcess) -> ContainerCreateBody {
+        let labels = self.labels();
 
         let tmpfs_opts = |size: i64, owner: bool, mode: &str| {
             let mut o = format!("rw,nosuid,nodev,exec,size={size},mode={mode}");
@@ -192,7 +231,7 @@ impl SandboxSpec {
                 }
                 m
             }
-            WorkspaceSource::Volume { name } => vec![Mount {
+            WorkspaceSource::Volume { name, .. } => vec![Mount {
                 target: Some(WORKSPACE.to_string()),
                 source: Some(name.clone()),
                 typ: Some(MountType::VOLUME),
