@@ -97,7 +97,9 @@ async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, nam
 fn error_code_for(command: &Command) -> u8 {
     match command {
         Command::Exec(_) => EXIT_AGENTBOX_ERROR,
-        Command::Run(_) | Command::Chat(_) | Command::Demo(_) => crate::report::exit::ERROR,
+        Command::Run(_) | Command::Chat(_) | Command::Demo(_) | Command::Eval(_) => {
+            crate::report::exit::ERROR
+        }
         _ => 1,
     }
 }
@@ -116,6 +118,7 @@ async fn dispatch(command: Command) -> anyhow::Result<u8> {
         Command::Run(args) => crate::commands::run::run(args).await,
         Command::Chat(args) => crate::commands::chat::run(args).await,
         Command::Demo(args) => crate::commands::demo::run(args).await,
+        Command::Eval(args) => crate::commands::eval::run(args).await,
         Command::Exec(args) => crate::commands::exec::run(args).await,
         Command::Doctor(args) => crate::commands::doctor::run(args).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,

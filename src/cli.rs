@@ -32,6 +32,8 @@ pub enum Command {
     Chat(ChatArgs),
     /// Run the bundled example: a live model when an API key is set, else a scripted replay.
     Demo(DemoArgs),
+    /// Run every task of a directory (isolated, in parallel) and report how many were fixed.
+    Eval(EvalArgs),
     /// Run one command in a fresh sandbox and print its output; exits with its status.
     Exec(ExecArgs),
     /// Check Docker, the image and the sandbox policy; print a fix for each problem.
@@ -297,4 +299,30 @@ pub struct DemoArgs {
     /// Put the example's copy here (kept afterwards) instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+
+    /// Tasks run at once [default: the number of CPUs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub jobs: Option<u32>,
+
+    /// Where results.jsonl, summary.md, report.html, diffs/ and trajectories/ go
+    /// [default: eval-results/NAME-OF-TASKS_DIR].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Run every task again, even those with results.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Only this task (repeatable).
+    #[arg(long = "task", value_name = "NAME")]
+    pub tasks: Vec<String>,
+
+    /// A directory of tasks: each subdirectory holds a project and its TASK.md.
+    pub tasks_dir: PathBuf,
 }

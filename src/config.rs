@@ -139,6 +139,12 @@ pub const NO_PROVIDER: &str = "no model is configured: set ANTHROPIC_API_KEY (An
 
 impl ModelConfig {
     pub fn from_args(args: &ModelArgs) -> Result<Self, UsageError> {
+        Self::resolve(args, false)
+    }
+
+    /// `per_task_scripts`: the scripted provider may go without `--script` (each eval task
+    /// brings its own `script.json`).
+    pub fn resolve(args: &ModelArgs, per_task_scripts: bool) -> Result<Self, UsageError> {
         let provider = match (args.provider, &args.script) {
             (Some(p), _) => p,
             (None, Some(_)) => Provider::Scripted,
@@ -175,7 +181,7 @@ impl ModelConfig {
                 "--provider anthropic needs ANTHROPIC_API_KEY in the environment".into(),
             ));
         }
-        if provider == Provider::Scripted && args.script.is_none() {
+        if provider == Provider::Scripted && args.script.is_none() && !per_task_scripts {
             return Err(UsageError("--provider scripted needs --script FILE".into()));
         }
         let base_url = args
@@ -232,9 +238,13 @@ impl ModelConfig {
         let inner: Box<dyn ModelClient> = match self.provider {
             Provider::Anthropic => Box::new(Anthropic::new(settings)?),
             Provider::Openai => Box::new(OpenAi::new(settings)?),
-            Provider::Scripted => Box::new(Scripted::from_file(
-                self.script.as_deref().expect("checked in from_args"),
-            )?),
+            Provider::Scripted => {
+                let script = self
+                    .script
+                    .as_deref()
+                    .ok_or_else(|| ModelError::Config("no script for the scripted provider".into()))?;
+                Box::new(Scripted::from_file(script)?)
+            }
         };
         Ok(match self.tool_protocol {
             ToolProtocol::Native => inner,
@@ -274,6 +284,10 @@ pub struct AgentSettings {
 
 impl AgentSettings {
     pub fn from_args(args: &AgentArgs) -> Result<Self, UsageError> {
+        Self::resolve(args, false)
+    }
+
+    pub fn resolve(args: &AgentArgs, per_task_scripts: bool) -> Result<Self, UsageError> {
         if let Some(cmd) = &args.test_cmd
             && cmd.trim().is_empty()
         {
@@ -281,7 +295,7 @@ impl AgentSettings {
         }
         Ok(AgentSettings {
             sandbox: SandboxConfig::from_args(&args.sandbox)?,
-            model: ModelConfig::from_args(&args.model)?,
+            model: ModelConfig::resolve(&args.model, per_task_scripts)?,
             isolate: None,
             max_steps: args.max_steps,
             test_cmd: args.test_cmd.clone(),

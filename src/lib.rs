@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod config_file;
+pub mod eval;
 pub mod events;
 pub mod image;
 pub mod isolate;

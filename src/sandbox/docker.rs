@@ -109,6 +109,9 @@ fn live() -> &'static Mutex<HashMap<String, (Docker, String)>> {
     LIVE.get_or_init(Default::default)
 }
 
+/// Set once this process asks Docker to create a container or volume.
+static CREATED_ANY: AtomicBool = AtomicBool::new(false);
+
 /// Volumes of `--isolate` sessions this process has not yet removed.
 fn live_volumes() -> &'static Mutex<HashMap<String, Docker>> {
     static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
@@ -124,8 +127,22 @@ pub async fn remove_live_containers() {
         remove_container(&docker, &id).await;
     }
     let volumes: Vec<(String, Docker)> = live_volumes().lock().expect("live lock").drain().collect();
+    let docker = volumes.first().map(|(_, d)| d.clone());
     for (name, docker) in volumes {
         remove_volume(&docker, &name).await;
+    }
+    // A create request still in flight when we were interrupted can finish on the daemon's
+    // side after we stopped listening for its answer: sweep by our own labels as well (only if
+    // this process ever created anything, so other commands exit without a Docker round trip).
+    if !CREATED_ANY.load(Ordering::Relaxed) {
+        return;
+    }
+    let docker = match docker {
+        Some(d) => Some(d),
+        None => connect_docker().await.ok(),
+    };
+    if let Some(docker) = docker {
+        let _ = super::gc::remove_owned_by_this_process(&docker).await;
     }
 }
 
@@ -160,6 +177,7 @@ async fn prepare_volume(
     seed: &Path,
 ) -> Result<(), SandboxError> {
     let labels = spec.labels();
+    CREATED_ANY.store(true, Ordering::Relaxed);
     docker
         .create_volume(bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),
@@ -402,6 +420,7 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
+        CREATED_ANY.store(true, Ordering::Relaxed);
         let created = docker
             .create_container(
                 Some(CreateContainerOptionsBuilder::default().name(&name).build()),

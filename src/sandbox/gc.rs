@@ -120,3 +120,53 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
     }
     Ok(report)
 }
+
+/// Remove every container and volume labelled with this process's pid and host.
+pub async fn remove_owned_by_this_process(docker: &Docker) -> Result<(), SandboxError> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("{PID_LABEL}={}", std::process::id()),
+            format!("{HOST_LABEL}={}", hostname()),
+        ],
+    )]);
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|e| SandboxError::Docker {
+            context: "list containers".into(),
+            source: e,
+        })?;
+    for c in containers {
+        if let Some(id) = c.id {
+            let opts = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = docker.remove_container(&id, Some(opts)).await;
+        }
+    }
+    let volumes = docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .map_err(|e| SandboxError::Docker {
+            context: "list volumes".into(),
+            source: e,
+        })?;
+    for v in volumes.volumes.unwrap_or_default() {
+        let _ = docker
+            .remove_volume(
+                &v.name,
+                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+            )
+            .await;
+    }
+    Ok(())
+}

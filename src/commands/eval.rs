@@ -1,0 +1,216 @@
+//! `agentbox eval TASKS_DIR`
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cli::EvalArgs;
+use crate::config::{AgentSettings, UsageError};
+use crate::eval::{self, OutDir, ResultLog, TaskResult};
+use crate::image::{ensure_image, stderr_progress};
+use crate::sandbox::connect_docker;
+
+#[derive(Default)]
+struct Progress {
+    done: AtomicUsize,
+    running: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+fn bar(p: &Progress, total: usize, started: Instant) -> String {
+    let secs = started.elapsed().as_secs();
+    format!(
+        "[{}/{} done | {} running | {} not fixed | {:02}:{:02}]",
+        p.done.load(Ordering::Relaxed),
+        total,
+        p.running.load(Ordering::Relaxed),
+        p.failed.load(Ordering::Relaxed),
+        secs / 60,
+        secs % 60
+    )
+}
+
+pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
+    if args.agent.approve {
+        return Err(UsageError("--approve asks on the terminal, which does not fit an eval".into()).into());
+    }
+    if args.agent.trajectory.is_some() {
+        return Err(
+            UsageError("eval writes one trajectory per task into --out; drop --trajectory".into()).into(),
+        );
+    }
+    let base = AgentSettings::resolve(&args.agent, true)?;
+    let mut tasks = eval::discover(&args.tasks_dir)?;
+    if !args.tasks.is_empty() {
+        let unknown: Vec<&String> = args
+            .tasks
+            .iter()
+            .filter(|n| !tasks.iter().any(|t| &t.name == *n))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(UsageError(format!(
+                "no such task: {}",
+                unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+        }
+        tasks.retain(|t| args.tasks.contains(&t.name));
+    }
+    let title = args
+        .tasks_dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "tasks".into());
+    let out = OutDir {
+        root: args
+            .out
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("eval-results").join(&title)),
+    };
+    out.create()?;
+
+    // Resume: tasks with a result are done unless --force.
+    let previous = if args.force {
+        Default::default()
+    } else {
+        eval::load_results(&out.results())
+    };
+    let todo: Vec<eval::Task> = tasks
+        .iter()
+        .filter(|t| !previous.contains_key(&t.name))
+        .cloned()
+        .collect();
+    let log = Arc::new(ResultLog::open(&out.results(), args.force)?);
+    let jobs = args
+        .jobs
+        .map(|j| j as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+
+    // Fail early, once, on what every task needs.
+    let docker = connect_docker().await?;
+    ensure_image(&docker, &base.sandbox.image, &mut stderr_progress).await?;
+
+    eprintln!(
+        "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",
+        tasks.len(),
+        args.tasks_dir.display(),
+        tasks.len() - todo.len(),
+        if args.force { " (--force: all again)" } else { "" },
+        jobs,
+        out.root.display()
+    );
+    let started = Instant::now();
+    let progress = Arc::new(Progress::default());
+    let tty = std::io::stderr().is_terminal();
+    let total = todo.len();
+    let ticker = {
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(if tty { 250 } else { 10_000 })).await;
+                let line = bar(&progress, total, started);
+                let mut err = std::io::stderr().lock();
+                if tty {
+                    let _ = write!(err, "\r\x1b[2K{line}");
+                } else {
+                    let _ = writeln!(err, "{line}");
+                }
+                let _ = err.flush();
+            }
+        })
+    };
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(jobs));
+    let base = Arc::new(base);
+    let out = Arc::new(out);
+    let mut set = tokio::task::JoinSet::new();
+    for task in todo {
+        let (semaphore, base, out, log, progress) = (
+            semaphore.clone(),
+            base.clone(),
+            out.clone(),
+            log.clone(),
+            progress.clone(),
+        );
+        set.spawn(async move {
+            let _permit = semaphore.acquire_owned().await.expect("semaphore");
+            progress.running.fetch_add(1, Ordering::Relaxed);
+            let result = eval::run_task(&base, &task, &out).await;
+            progress.running.fetch_sub(1, Ordering::Relaxed);
+            progress.done.fetch_add(1, Ordering::Relaxed);
+            if !result.fixed {
+                progress.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Err(e) = log.append(&result) {
+                eprintln!("\nagentbox eval: cannot record {}: {e}", result.task);
+            }
+            let mark = if result.fixed {
+                "fixed"
+            } else if result.exit_reason == "error" {
+                "ERROR"
+            } else {
+                "not fixed"
+            };
+            let detail = match (&result.error, result.tests_changed) {
+                (Some(e), _) => format!(": {}", e.lines().next().unwrap_or_default()),
+                (None, true) => ": the tests were changed".into(),
+                _ => String::new(),
+            };
+            let mut err = std::io::stderr().lock();
+            let clear = if tty { "\r\x1b[2K" } else { "" };
+            let _ = writeln!(
+                err,
+                "{clear}  {:<28} {mark} ({} steps, {:.1}s){detail}",
+                result.task, result.steps, result.wall_secs
+            );
+            result
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        joined?;
+    }
+    ticker.abort();
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+
+    let all: Vec<TaskResult> = {
+        let loaded = eval::load_results(&out.results());
+        tasks
+            .iter()
+            .filter_map(|t| loaded.get(&t.name).cloned())
+            .collect()
+    };
+    let totals = eval::totals(&all);
+    let model = all
+        .iter()
+        .map(|r| r.model.clone())
+        .find(|m| !m.is_empty())
+        .unwrap_or_default();
+    std::fs::write(
+        out.root.join("summary.md"),
+        eval::markdown::summary(&title, &all, &totals),
+    )?;
+    std::fs::write(
+        out.root.join("report.html"),
+        eval::html::report(&title, &model, &all, &totals, &out),
+    )?;
+    println!(
+        "{} of {} fixed ({} with changed tests, {} errors); median {:.1}s per task; this run: {} task(s) in {:.1}s",
+        totals.fixed,
+        totals.tasks,
+        totals.tests_changed,
+        totals.errors,
+        totals.median_secs,
+        total,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "results: {}\nsummary: {}\nreport:  {}",
+        out.results().display(),
+        out.root.join("summary.md").display(),
+        out.root.join("report.html").display()
+    );
+    Ok(if totals.fixed == totals.tasks { 0 } else { 1 })
+}

@@ -1,0 +1,445 @@
+//! `agentbox eval TASKS_DIR`: every task in its own isolated sandbox, several at once; a task
+//! counts as fixed only if agentbox's own final test run passes **and** no test file changed.
+//!
+//! A task is a subdirectory holding a project, its instruction in `TASK.md` (or `TASK.txt`),
+//! and optionally `task.toml` and, for the scripted provider, `script.json`:
+//!
+//! ```toml
+//! test_cmd = "python3 -m pytest -q"     # default: detected, as for `run`
+//! image = "agentbox/python:1"           # default: --image
+//! max_steps = 20                        # default: --max-steps
+//! test_files = ["spec/**"]              # test files besides the usual names
+//! ```
+
+pub mod html;
+pub mod markdown;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::baseline;
+use crate::config::{AgentSettings, IsolateSettings, UsageError};
+use crate::events::{EventSink, Fanout, Redactor, TrajectoryWriter};
+use crate::model::Message;
+use crate::report::Outcome;
+use crate::session::Session;
+
+/// Files of a task directory that are about the task, not part of the project.
+pub const TASK_FILES: &[&str] = &["TASK.md", "TASK.txt", "task.toml", "script.json"];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskToml {
+    pub test_cmd: Option<String>,
+    pub image: Option<String>,
+    pub max_steps: Option<u32>,
+    #[serde(default)]
+    pub test_files: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub name: String,
+    pub dir: PathBuf,
+    pub instruction: String,
+    pub toml: TaskToml,
+}
+
+/// The subdirectories of `dir` that hold a TASK.md or TASK.txt, sorted by name.
+pub fn discover(dir: &Path) -> Result<Vec<Task>, UsageError> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| UsageError(format!("cannot read {}: {e}", dir.display())))?;
+    let mut tasks = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let instruction = ["TASK.md", "TASK.txt"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(path.join(f)).ok());
+        let Some(instruction) = instruction else { continue };
+        let toml = match std::fs::read_to_string(path.join("task.toml")) {
+            Ok(text) => {
+                toml::from_str(&text).map_err(|e| UsageError(format!("task {name}: task.toml: {e}")))?
+            }
+            Err(_) => TaskToml::default(),
+        };
+        tasks.push(Task {
+            name,
+            dir: path,
+            instruction: instruction.trim().to_string(),
+            toml,
+        });
+    }
+    tasks.sort_by(|a, b| a.name.cmp(&b.name));
+    if tasks.is_empty() {
+        return Err(UsageError(format!(
+            "{} holds no tasks: a task is a subdirectory with a TASK.md (or TASK.txt)",
+            dir.display()
+        )));
+    }
+    Ok(tasks)
+}
+
+/// `*` within a path segment, `**` across segments, `?` one character.
+pub fn glob_match(pattern: &str, path: &str) -> bool {
+    fn go(p: &[u8], s: &[u8]) -> bool {
+        match p.first() {
+            None => s.is_empty(),
+            Some(b'*') if p.get(1) == Some(&b'*') => {
+                let rest = if p.get(2) == Some(&b'/') { &p[3..] } else { &p[2..] };
+                (0..=s.len()).any(|i| (i == 0 || s[i - 1] == b'/' || rest.is_empty()) && go(rest, &s[i..]))
+            }
+            Some(b'*') => (0..=s.len())
+                .take_while(|&i| i == 0 || s[i - 1] != b'/')
+                .any(|i| go(&p[1..], &s[i..])),
+            Some(b'?') => !s.is_empty() && s[0] != b'/' && go(&p[1..], &s[1..]),
+            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+        }
+    }
+    go(pattern.as_bytes(), path.as_bytes())
+}
+
+/// Is `path` (relative) a test file: by the usual names, or the task's own patterns?
+pub fn is_test_file(path: &str, extra: &[String]) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let in_test_dir = path
+        .split('/')
+        .rev()
+        .skip(1)
+        .any(|d| d == "tests" || d == "test" || d == "__tests__");
+    let by_name = (name.starts_with("test_") && name.ends_with(".py"))
+        || name.ends_with("_test.py")
+        || name == "conftest.py"
+        || name.ends_with("_test.go")
+        || [
+            ".test.js",
+            ".test.ts",
+            ".spec.js",
+            ".spec.ts",
+            ".test.jsx",
+            ".test.tsx",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s));
+    in_test_dir || by_name || extra.iter().any(|g| glob_match(g, path))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub task: String,
+    pub fixed: bool,
+    pub tests_passed: Option<bool>,
+    pub tests_changed: bool,
+    pub changed_files: Vec<String>,
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub wall_secs: f64,
+    /// finished, step_limit or error.
+    pub exit_reason: String,
+    pub error: Option<String>,
+    pub model: String,
+    pub summary: Option<String>,
+    pub started_at: f64,
+    pub finished_at: f64,
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Where one eval's files go.
+#[derive(Debug, Clone)]
+pub struct OutDir {
+    pub root: PathBuf,
+}
+
+impl OutDir {
+    pub fn results(&self) -> PathBuf {
+        self.root.join("results.jsonl")
+    }
+    pub fn diff(&self, task: &str) -> PathBuf {
+        self.root.join("diffs").join(format!("{task}.diff"))
+    }
+    pub fn trajectory(&self, task: &str) -> PathBuf {
+        self.root.join("trajectories").join(format!("{task}.jsonl"))
+    }
+    pub fn create(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(self.root.join("diffs"))?;
+        std::fs::create_dir_all(self.root.join("trajectories"))
+    }
+}
+
+/// The results recorded so far, by task (the last line for a task wins).
+pub fn load_results(path: &Path) -> BTreeMap<String, TaskResult> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<TaskResult>(l).ok())
+        .map(|r| (r.task.clone(), r))
+        .collect()
+}
+
+/// Run one task in its own isolated sandbox. Never fails: a failure is the task's result.
+pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskResult {
+    let started = Instant::now();
+    let started_at = now_secs();
+    let mut settings = base.clone();
+    if let Some(cmd) = &task.toml.test_cmd {
+        settings.test_cmd = Some(cmd.clone());
+    }
+    if let Some(image) = &task.toml.image {
+        settings.sandbox.image = image.clone();
+    }
+    if let Some(n) = task.toml.max_steps {
+        settings.max_steps = n;
+    }
+    if settings.model.provider == crate::cli::Provider::Scripted && settings.model.script.is_none() {
+        settings.model.script = Some(task.dir.join("script.json"));
+    }
+    settings.isolate = Some(IsolateSettings {
+        exclude: TASK_FILES.iter().map(|s| s.to_string()).collect(),
+        patch: None,
+        write_patch: false,
+        apply: false,
+    });
+    let fail = |error: String| TaskResult {
+        task: task.name.clone(),
+        fixed: false,
+        tests_passed: None,
+        tests_changed: false,
+        changed_files: Vec::new(),
+        steps: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cost_usd: None,
+        wall_secs: started.elapsed().as_secs_f64(),
+        exit_reason: "error".into(),
+        error: Some(error),
+        model: String::new(),
+        summary: None,
+        started_at,
+        finished_at: now_secs(),
+    };
+    let writer = match TrajectoryWriter::create(
+        &out.trajectory(&task.name),
+        Redactor::new(settings.model.secrets()),
+    ) {
+        Ok(w) => w,
+        Err(e) => return fail(format!("cannot write the trajectory: {e}")),
+    };
+    let events: Arc<Fanout> = Arc::new(Fanout(vec![Box::new(writer) as Box<dyn EventSink>]));
+    let session = match Session::open(&settings, &task.dir, events.clone()).await {
+        Ok(s) => s,
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    let mut messages = vec![Message::user_text(task.instruction.clone())];
+    let result = session.agent().run(&mut messages).await;
+    let report = session.report(&result).await;
+    events.emit(&crate::events::Event::Finished { report: &report });
+    let changes = baseline::changes(&session.sandbox, Duration::from_secs(60)).await;
+    session.close().await;
+    let (changed, changes_error) = match changes {
+        Ok(c) => (c.into_iter().map(|c| c.path).collect::<Vec<_>>(), None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let tests_changed =
+        changes_error.is_some() || changed.iter().any(|p| is_test_file(p, &task.toml.test_files));
+    if let Some(diff) = &report.diff {
+        let _ = std::fs::write(out.diff(&task.name), diff);
+    }
+    TaskResult {
+        task: task.name.clone(),
+        fixed: report.tests.passed == Some(true) && !tests_changed,
+        tests_passed: report.tests.passed,
+        tests_changed,
+        changed_files: changed,
+        steps: report.steps,
+        input_tokens: report.usage.total_input(),
+        output_tokens: report.usage.output_tokens,
+        cost_usd: report.cost_usd,
+        wall_secs: started.elapsed().as_secs_f64(),
+        exit_reason: match report.outcome {
+            Outcome::Finished => "finished",
+            Outcome::StepLimit => "step_limit",
+            Outcome::Error => "error",
+        }
+        .into(),
+        error: report.error.or(changes_error),
+        model: report.model,
+        summary: report.summary,
+        started_at,
+        finished_at: now_secs(),
+    }
+}
+
+/// Appends each result as it arrives, so an interrupted eval keeps what it finished.
+pub struct ResultLog {
+    file: Mutex<std::fs::File>,
+}
+
+impl ResultLog {
+    pub fn open(path: &Path, truncate: bool) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(!truncate)
+            .write(true)
+            .truncate(truncate)
+            .open(path)?;
+        Ok(ResultLog {
+            file: Mutex::new(file),
+        })
+    }
+
+    pub fn append(&self, r: &TaskResult) -> std::io::Result<()> {
+        let mut f = self.file.lock().expect("results lock");
+        writeln!(f, "{}", serde_json::to_string(r).expect("serializes"))?;
+        f.flush()
+    }
+}
+
+/// Totals over a set of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
+    pub tasks: usize,
+    pub fixed: usize,
+    pub errors: usize,
+    pub tests_changed: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub median_secs: f64,
+    /// First start to last finish, for tasks per minute.
+    pub span_secs: f64,
+}
+
+pub fn totals(results: &[TaskResult]) -> Totals {
+    let mut secs: Vec<f64> = results.iter().map(|r| r.wall_secs).collect();
+    secs.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let costs: Vec<f64> = results.iter().filter_map(|r| r.cost_usd).collect();
+    let first = results.iter().map(|r| r.started_at).fold(f64::INFINITY, f64::min);
+    let last = results.iter().map(|r| r.finished_at).fold(0.0, f64::max);
+    Totals {
+        tasks: results.len(),
+        fixed: results.iter().filter(|r| r.fixed).count(),
+        errors: results.iter().filter(|r| r.exit_reason == "error").count(),
+        tests_changed: results.iter().filter(|r| r.tests_changed).count(),
+        input_tokens: results.iter().map(|r| r.input_tokens).sum(),
+        output_tokens: results.iter().map(|r| r.output_tokens).sum(),
+        cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
+        median_secs: if secs.is_empty() {
+            0.0
+        } else {
+            secs[secs.len() / 2]
+        },
+        span_secs: if results.is_empty() {
+            0.0
+        } else {
+            (last - first).max(0.0)
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("spec/**", "spec/a/b.rb"));
+        assert!(glob_match("**/fixtures/*.json", "x/y/fixtures/a.json"));
+        assert!(glob_match("**/fixtures/*.json", "fixtures/a.json"));
+        assert!(!glob_match("*.py", "a/b.py"));
+        assert!(glob_match("test_?.py", "test_a.py"));
+    }
+
+    #[test]
+    fn test_files_by_name_dir_and_pattern() {
+        for p in [
+            "test_app.py",
+            "pkg/app_test.py",
+            "tests/helpers.py",
+            "conftest.py",
+            "web/a.spec.ts",
+            "x_test.go",
+        ] {
+            assert!(is_test_file(p, &[]), "{p}");
+        }
+        for p in ["app.py", "testing.py", "contest.py", "src/latest.py"] {
+            assert!(!is_test_file(p, &[]), "{p}");
+        }
+        assert!(is_test_file("spec/models/user.rb", &["spec/**".to_string()]));
+    }
+
+    #[test]
+    fn discovery_reads_tasks_and_their_toml() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("b-task")).unwrap();
+        std::fs::write(d.path().join("b-task/TASK.md"), "Fix it.\n").unwrap();
+        std::fs::write(
+            d.path().join("b-task/task.toml"),
+            "max_steps = 7\ntest_files = [\"spec/**\"]\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.path().join("a-task")).unwrap();
+        std::fs::write(d.path().join("a-task/TASK.txt"), "Do it.").unwrap();
+        std::fs::create_dir_all(d.path().join("not-a-task")).unwrap();
+        std::fs::write(d.path().join("README.md"), "x").unwrap();
+        let tasks = discover(d.path()).unwrap();
+        let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a-task", "b-task"]);
+        assert_eq!(tasks[1].toml.max_steps, Some(7));
+        std::fs::write(d.path().join("b-task/task.toml"), "max_step = 7\n").unwrap();
+        assert!(
+            discover(d.path())
+                .unwrap_err()
+                .0
+                .contains("task b-task: task.toml")
+        );
+    }
+
+    #[test]
+    fn results_round_trip_and_the_last_line_wins() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("r.jsonl");
+        let log = ResultLog::open(&path, false).unwrap();
+        let mut r = TaskResult {
+            task: "t".into(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: false,
+            changed_files: vec![],
+            steps: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: "finished".into(),
+            error: None,
+            model: "m".into(),
+            summary: None,
+            started_at: 1.0,
+            finished_at: 2.0,
+        };
+        log.append(&r).unwrap();
+        r.fixed = true;
+        log.append(&r).unwrap();
+        let loaded = load_results(&path);
+        assert_eq!(loaded.len(), 1);
+        assert!(loaded["t"].fixed);
+        let t = totals(&loaded.values().cloned().collect::<Vec<_>>());
+        assert_eq!((t.tasks, t.fixed), (1, 1));
+    }
+}
