@@ -245,6 +245,38 @@ pub struct AgentArgs {
     /// to the model as a refusal.
     #[arg(long)]
     pub approve: bool,
+
+    /// Put the file list, the failing test output and the source files in the first message.
+    #[arg(long)]
+    pub prime: bool,
+
+    /// edit_file refuses to change test files.
+    #[arg(long)]
+    pub protect_tests: bool,
+
+    /// A tool call identical to an earlier one, with nothing changed since, is not run again.
+    #[arg(long)]
+    pub no_repeat: bool,
+
+    /// When the model says it is done but the tests fail, send it back with the failure, up to
+    /// N times [default: 0].
+    #[arg(long, value_name = "N")]
+    pub verify_finish: Option<u32>,
+
+    /// If the tests still fail at the end, reset the project and start over, up to N attempts
+    /// in all; later attempts use --retry-temperature [default: 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub attempts: Option<u32>,
+
+    /// Temperature of the second and later attempts.
+    #[arg(long, value_name = "T", default_value_t = 0.7)]
+    pub retry_temperature: f32,
+
+    /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
+    /// --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3 (each can still be
+    /// set otherwise).
+    #[arg(long)]
+    pub small_model: bool,
 }
 
 #[derive(Debug, Args)]

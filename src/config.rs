@@ -280,6 +280,31 @@ pub struct AgentSettings {
     pub shell: bool,
     pub trajectory: Option<std::path::PathBuf>,
     pub approve: bool,
+    /// The harness aids for small models (see `--small-model`).
+    pub aids: Aids,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aids {
+    pub prime: bool,
+    pub protect_tests: bool,
+    pub no_repeat: bool,
+    pub verify_finish: u32,
+    pub attempts: u32,
+    pub retry_temperature: f32,
+}
+
+impl Default for Aids {
+    fn default() -> Self {
+        Aids {
+            prime: false,
+            protect_tests: false,
+            no_repeat: false,
+            verify_finish: 0,
+            attempts: 1,
+            retry_temperature: 0.7,
+        }
+    }
 }
 
 impl AgentSettings {
@@ -288,6 +313,15 @@ impl AgentSettings {
     }
 
     pub fn resolve(args: &AgentArgs, per_task_scripts: bool) -> Result<Self, UsageError> {
+        let mut args = args.clone();
+        let small = args.small_model;
+        if small {
+            // The preset fills what was left at its default.
+            args.model.tool_choice = crate::model::ToolChoice::Required;
+            args.model.temperature.get_or_insert(0.0);
+            args.no_shell = true;
+        }
+        let args = &args;
         if let Some(cmd) = &args.test_cmd
             && cmd.trim().is_empty()
         {
@@ -302,6 +336,14 @@ impl AgentSettings {
             shell: !args.no_shell,
             trajectory: args.trajectory.clone(),
             approve: args.approve,
+            aids: Aids {
+                prime: args.prime || small,
+                protect_tests: args.protect_tests || small,
+                no_repeat: args.no_repeat || small,
+                verify_finish: args.verify_finish.unwrap_or(if small { 2 } else { 0 }),
+                attempts: args.attempts.unwrap_or(if small { 3 } else { 1 }),
+                retry_temperature: args.retry_temperature,
+            },
         })
     }
 }

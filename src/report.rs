@@ -50,6 +50,8 @@ pub struct Report {
     pub summary: Option<String>,
     pub error: Option<String>,
     pub steps: u32,
+    /// Fresh starts (`--attempts`); 1 normally.
+    pub attempts: u32,
     pub usage: Usage,
     pub usage_estimated: bool,
     pub cost_usd: Option<f64>,
@@ -93,8 +95,13 @@ impl Report {
             Outcome::StepLimit => "stopped at the step limit",
             Outcome::Error => "stopped by an error",
         };
+        let attempts = if self.attempts > 1 {
+            format!(" over {} attempts", self.attempts)
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "outcome:  {outcome} after {} steps in {:.0}s\n",
+            "outcome:  {outcome} after {} steps{attempts} in {:.0}s\n",
             self.steps, self.elapsed_secs
         ));
         if let Some(e) = &self.error {

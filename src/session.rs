@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, guard, prompt};
+use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, guard, prime, prompt};
 use crate::commands::{open_sandbox, open_spec};
 use crate::config::AgentSettings;
 use crate::config::IsolateSettings;
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
 use crate::isolate::{self, Content, Manifest};
-use crate::model::{ModelClient, ToolChoice, pricing};
+use crate::model::{Message, ModelClient, ToolChoice, pricing};
 use crate::report::{Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::tools::{Approval, Approver, ToolContext, ToolRegistry, ToolSettings, render_command};
@@ -40,6 +40,7 @@ pub struct Session {
     pub system: String,
     pub events: Arc<Fanout>,
     pub agent_config: AgentConfig,
+    aids: crate::config::Aids,
     baseline_error: Option<String>,
     /// `.git` paths present at the start; any other found at the end was planted.
     git_dirs_before: Option<Vec<String>>,
@@ -122,6 +123,7 @@ impl Session {
         let tool_settings = ToolSettings {
             command_timeout: timeout,
             test_command,
+            protect_tests: settings.aids.protect_tests,
             ..Default::default()
         };
         events.emit(&Event::Started {
@@ -150,8 +152,11 @@ impl Session {
                 tool_choice: settings.model.tool_choice,
                 temperature: settings.model.temperature,
                 max_tokens: settings.model.max_tokens,
+                repeat_guard: settings.aids.no_repeat,
+                verify_finish: settings.aids.verify_finish,
                 ..Default::default()
             },
+            aids: settings.aids.clone(),
             baseline_error,
             git_dirs_before,
             isolation,
@@ -173,6 +178,65 @@ impl Session {
             config: self.agent_config.clone(),
             system: self.system.clone(),
         }
+    }
+
+    /// Work on `task` from a fresh conversation: primed if asked, and again from a reset
+    /// project (hotter) while the tests fail and attempts are left. Returns the last attempt's
+    /// stop, with steps and usage summed over all attempts, and how many attempts ran.
+    pub async fn work(&self, task: &str) -> (LoopResult, u32) {
+        let mut steps = 0;
+        let mut usage = crate::model::Usage::default();
+        let mut attempt = 1;
+        loop {
+            let mut agent = self.agent();
+            if attempt > 1 {
+                agent.config.temperature = Some(self.aids.retry_temperature);
+            }
+            let first = if self.aids.prime {
+                prime::first_message(task, &agent.ctx).await
+            } else {
+                task.to_string()
+            };
+            let mut messages = vec![Message::user_text(first)];
+            let result = agent.run(&mut messages).await;
+            steps += result.steps;
+            usage.add(&result.usage);
+            let done = LoopResult {
+                stop: result.stop.clone(),
+                steps,
+                usage,
+            };
+            if attempt >= self.aids.attempts
+                || matches!(result.stop, Stop::Fatal(_))
+                || self.tests_pass().await
+            {
+                return (done, attempt);
+            }
+            self.events.emit(&Event::Note {
+                message: format!(
+                    "attempt {attempt} left the tests failing: resetting the project and starting over"
+                ),
+            });
+            if let Err(e) = baseline::reset(&self.sandbox, self.tool_settings.command_timeout).await {
+                self.events.emit(&Event::Note {
+                    message: format!("cannot start over: {e}"),
+                });
+                return (done, attempt);
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn tests_pass(&self) -> bool {
+        let Some(cmd) = &self.tool_settings.test_command else {
+            return true;
+        };
+        let ctx = ToolContext {
+            sandbox: &self.sandbox,
+            settings: &self.tool_settings,
+            approver: None,
+        };
+        ctx.shell(cmd).await.is_ok_and(|o| o.success())
     }
 
     /// Run the tests ourselves: the model's word is not evidence.
@@ -273,6 +337,7 @@ impl Session {
             summary,
             error,
             steps: result.steps,
+            attempts: 1,
             usage: result.usage,
             usage_estimated: estimated,
             cost_usd: if estimated {

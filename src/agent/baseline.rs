@@ -131,6 +131,28 @@ pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<V
     Ok(parse_numstat(&out.stdout.to_text()))
 }
 
+/// Put the project back as it was at the snapshot (for a fresh attempt): files changed are
+/// restored, files added are removed, files deleted come back. Ignored files stay.
+pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
+    let script = format!(
+        "set -e\n{env}git add -A 2>/dev/null\ngit read-tree -u --reset \"$(cat \"$GIT_DIR/BASELINE\")\"\n",
+        env = env_prefix()
+    );
+    let out = sandbox
+        .exec(ExecRequest::argv(["/bin/sh", "-c", &script], timeout).capture(8192, 8192))
+        .await
+        .map_err(|e| e.to_string())?;
+    if out.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "resetting the project failed ({}): {}",
+            out.status_line(),
+            out.stderr.to_text().trim()
+        ))
+    }
+}
+
 /// Changed paths with their status (A, M, D, T), for bringing them back out (`--isolate`).
 pub async fn changes(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<Change>, String> {
     let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(false), "sh", "names"], timeout)

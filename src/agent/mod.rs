@@ -4,15 +4,19 @@
 pub mod baseline;
 pub mod detect;
 pub mod guard;
+pub mod prime;
 pub mod prompt;
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use tracing::{Instrument, info_span};
 
 use crate::events::{Event, EventSink};
-use crate::model::{Block, Message, ModelClient, Request, Role, StopReason, ToolChoice, ToolResult, Usage};
-use crate::tools::{ToolContext, ToolRegistry};
+use crate::model::{
+    Block, Message, ModelClient, Request, Role, StopReason, ToolCall, ToolChoice, ToolResult, Usage,
+};
+use crate::tools::{Dispatched, ToolContext, ToolRegistry};
 
 /// Fault injection for the interruption tests (`AGENTBOX_FAULT=panic-after-tool`): proves a
 /// panic mid-run still removes the sandbox. Never set in normal use.
@@ -28,6 +32,12 @@ pub struct AgentConfig {
     pub max_tokens: u32,
     /// Calls beyond this in one turn are answered with an error instead of run.
     pub max_calls_per_turn: usize,
+    /// Refuse a call identical to an earlier one when nothing has changed since
+    /// (`--no-repeat`): small models loop on the same read or the same failing edit.
+    pub repeat_guard: bool,
+    /// When the model says it is done but agentbox's own test run fails, send it back with
+    /// the failure, this many times (`--verify-finish N`).
+    pub verify_finish: u32,
 }
 
 impl Default for AgentConfig {
@@ -38,6 +48,8 @@ impl Default for AgentConfig {
             temperature: None,
             max_tokens: 8192,
             max_calls_per_turn: 64,
+            repeat_guard: false,
+            verify_finish: 0,
         }
     }
 }
@@ -66,12 +78,24 @@ pub struct Agent<'a> {
     pub system: String,
 }
 
+/// What the loop remembers between tool calls.
+struct LoopState {
+    /// Verifications left for `verify_finish`.
+    verify_left: u32,
+    /// Calls made since the project last changed: (name, arguments) → the step and result.
+    seen: HashMap<(String, String), (u32, String)>,
+}
+
 impl Agent<'_> {
     /// Run until the model answers. `messages` holds the conversation so far (ending with the
     /// user's message) and receives every turn, so a chat can continue it.
     pub async fn run(&self, messages: &mut Vec<Message>) -> LoopResult {
         let specs = self.tools.specs(self.ctx.settings);
         let mut usage = Usage::default();
+        let mut state = LoopState {
+            verify_left: self.config.verify_finish,
+            seen: HashMap::new(),
+        };
         for step in 1..=self.config.max_steps {
             let request = Request {
                 system: self.system.clone(),
@@ -121,6 +145,10 @@ impl Agent<'_> {
                     ));
                     continue;
                 }
+                if let Some(failure) = self.refuse_finish(&mut state).await {
+                    messages.push(Message::user_text(failure));
+                    continue;
+                }
                 return LoopResult {
                     stop: Stop::Answered(turn.text()),
                     steps: step,
@@ -139,30 +167,14 @@ impl Agent<'_> {
                         true,
                     )
                 } else if i >= self.config.max_calls_per_turn {
-                    (
-                        format!(
-                            "not run: {} tool calls in one turn; at most {} are run per turn",
-                            calls.len(),
-                            self.config.max_calls_per_turn
-                        ),
-                        true,
-                    )
+                    let msg = format!(
+                        "not run: {} tool calls in one turn; at most {} are run per turn",
+                        calls.len(),
+                        self.config.max_calls_per_turn
+                    );
+                    (msg, true)
                 } else {
-                    self.events.emit(&Event::ToolStarted { step, call });
-                    let t0 = Instant::now();
-                    let done = self
-                        .tools
-                        .dispatch(call, &self.ctx)
-                        .instrument(info_span!("tool", step, name = %call.name))
-                        .await;
-                    self.events.emit(&Event::ToolFinished {
-                        step,
-                        call_id: &call.id,
-                        name: &call.name,
-                        content: &done.content,
-                        is_error: done.is_error,
-                        elapsed_ms: t0.elapsed().as_millis() as u64,
-                    });
+                    let done = self.run_call(step, call, &mut state).await;
                     if fault("panic-after-tool") {
                         panic!("fault injected by AGENTBOX_FAULT=panic-after-tool");
                     }
@@ -204,5 +216,90 @@ impl Agent<'_> {
             steps: self.config.max_steps,
             usage,
         }
+    }
+
+    /// One tool call, with the guards: a repeat of an earlier call with nothing changed since
+    /// is not run, and `finish` while the tests fail is sent back.
+    async fn run_call(&self, step: u32, call: &ToolCall, state: &mut LoopState) -> Dispatched {
+        self.events.emit(&Event::ToolStarted { step, call });
+        let t0 = Instant::now();
+        let key = (call.name.clone(), call.arguments.to_json_text());
+        let repeated = if self.config.repeat_guard {
+            state.seen.get(&key).cloned()
+        } else {
+            None
+        };
+        let was_repeat = repeated.is_some();
+        let mut done = match repeated {
+            Some((at, before)) => Dispatched {
+                content: format!(
+                    "not run: you made this exact call at step {at} and nothing has changed since, so the \
+                     result would be the same:\n{}\nDo something different.",
+                    crate::tools::clip(&before, 300)
+                ),
+                is_error: true,
+                finish: None,
+                fatal: None,
+            },
+            None => {
+                self.tools
+                    .dispatch(call, &self.ctx)
+                    .instrument(info_span!("tool", step, name = %call.name))
+                    .await
+            }
+        };
+        if done.finish.is_some()
+            && let Some(failure) = self.refuse_finish(state).await
+        {
+            done = Dispatched {
+                content: failure,
+                is_error: true,
+                finish: None,
+                fatal: None,
+            };
+        }
+        if self.config.repeat_guard && !was_repeat {
+            // A successful edit or command may have changed anything: forget what was seen.
+            if matches!(call.name.as_str(), "edit_file" | "bash") && !done.is_error {
+                state.seen.clear();
+            } else {
+                state.seen.insert(key, (step, done.content.clone()));
+            }
+        }
+        self.events.emit(&Event::ToolFinished {
+            step,
+            call_id: &call.id,
+            name: &call.name,
+            content: &done.content,
+            is_error: done.is_error,
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+        });
+        done
+    }
+
+    /// With `verify_finish` left: run the tests; when they fail, the message that sends the
+    /// model back to work.
+    async fn refuse_finish(&self, state: &mut LoopState) -> Option<String> {
+        if state.verify_left == 0 {
+            return None;
+        }
+        let cmd = self.ctx.settings.test_command.as_ref()?;
+        let out = self.ctx.shell(cmd).await.ok()?;
+        if out.success() {
+            return None;
+        }
+        state.verify_left -= 1;
+        self.events.emit(&Event::Note {
+            message: format!(
+                "the model finished, but the tests fail: sending it back ({} more time(s) at most)",
+                state.verify_left
+            ),
+        });
+        Some(format!(
+            "agentbox ran the tests and they still fail ({}):\n{}\nKeep working: change the code, not the \
+             tests, until they pass.",
+            out.status_line(),
+            out.stdout.shrink(0, 1500).to_text()
+        ))
     }
 }

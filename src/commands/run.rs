@@ -5,7 +5,6 @@ use std::path::Path;
 use crate::cli::RunArgs;
 use crate::config::{AgentSettings, IsolateSettings};
 use crate::events::{Event, EventSink};
-use crate::model::Message;
 use crate::report::Report;
 use crate::session::{Session, event_sinks};
 
@@ -35,9 +34,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
 pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> anyhow::Result<Report> {
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
-    let mut messages = vec![Message::user_text(task)];
-    let result = session.agent().run(&mut messages).await;
+    let (result, attempts) = session.work(task).await;
     let mut report = session.report(&result).await;
+    report.attempts = attempts;
     session.finish_isolated(&mut report).await;
     events.emit(&Event::Finished { report: &report });
     session.close().await;

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::agent::baseline;
 use crate::config::{AgentSettings, IsolateSettings, UsageError};
 use crate::events::{EventSink, Fanout, Redactor, TrajectoryWriter};
-use crate::model::Message;
 use crate::report::Outcome;
 use crate::session::Session;
 
@@ -140,6 +139,8 @@ pub struct TaskResult {
     pub tests_changed: bool,
     pub changed_files: Vec<String>,
     pub steps: u32,
+    #[serde(default = "one")]
+    pub attempts: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: Option<f64>,
@@ -151,6 +152,10 @@ pub struct TaskResult {
     pub summary: Option<String>,
     pub started_at: f64,
     pub finished_at: f64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn now_secs() -> f64 {
@@ -222,6 +227,7 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         tests_changed: false,
         changed_files: Vec::new(),
         steps: 0,
+        attempts: 0,
         input_tokens: 0,
         output_tokens: 0,
         cost_usd: None,
@@ -245,9 +251,9 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         Ok(s) => s,
         Err(e) => return fail(format!("{e:#}")),
     };
-    let mut messages = vec![Message::user_text(task.instruction.clone())];
-    let result = session.agent().run(&mut messages).await;
-    let report = session.report(&result).await;
+    let (result, attempts) = session.work(&task.instruction).await;
+    let mut report = session.report(&result).await;
+    report.attempts = attempts;
     events.emit(&crate::events::Event::Finished { report: &report });
     let changes = baseline::changes(&session.sandbox, Duration::from_secs(60)).await;
     session.close().await;
@@ -267,6 +273,7 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         tests_changed,
         changed_files: changed,
         steps: report.steps,
+        attempts: report.attempts,
         input_tokens: report.usage.total_input(),
         output_tokens: report.usage.output_tokens,
         cost_usd: report.cost_usd,
@@ -422,6 +429,7 @@ mod tests {
             tests_changed: false,
             changed_files: vec![],
             steps: 1,
+            attempts: 1,
             input_tokens: 1,
             output_tokens: 1,
             cost_usd: None,

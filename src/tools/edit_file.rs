@@ -51,6 +51,19 @@ impl Tool for EditFile {
                 human_bytes(s.max_edit_bytes as u64)
             )));
         }
+        if s.protect_tests {
+            let rel = args
+                .path
+                .trim_start_matches("./")
+                .trim_start_matches("/workspace/");
+            if crate::eval::is_test_file(rel, &s.test_patterns) {
+                return Err(ToolError::RespondToModel(format!(
+                    "{} is a test file, and the tests are the specification: leave them as they are and \
+                     change the code under test instead",
+                    args.path
+                )));
+            }
+        }
         let ws = Workspace::new(ctx.sandbox);
         if args.old.is_empty() {
             approve(ctx, &args.path, "", &args.new).await?;

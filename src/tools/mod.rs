@@ -7,7 +7,7 @@ mod bash;
 mod edit_file;
 mod finish;
 mod list_files;
-mod read_file;
+pub mod read_file;
 mod run_tests;
 mod search;
 
@@ -93,6 +93,10 @@ pub struct ToolSettings {
     pub max_file_bytes: usize,
     /// Largest `new` text one edit may write.
     pub max_edit_bytes: usize,
+    /// `edit_file` refuses test files (`--protect-tests`): the tests are the specification.
+    pub protect_tests: bool,
+    /// Extra test-file patterns (an eval task's `test_files`).
+    pub test_patterns: Vec<String>,
 }
 
 impl Default for ToolSettings {
@@ -107,6 +111,8 @@ impl Default for ToolSettings {
             search_max: 200,
             max_file_bytes: 4 << 20,
             max_edit_bytes: 1 << 20,
+            protect_tests: false,
+            test_patterns: Vec::new(),
         }
     }
 }

@@ -1,0 +1,56 @@
+//! `--prime`: the first message carries what a small model would otherwise spend its first
+//! steps (and often its whole budget) collecting: the file list, the failing test output, and
+//! the source files under test.
+
+use crate::eval::is_test_file;
+use crate::tools::{ToolContext, read_file::number_lines};
+use crate::workspace::Workspace;
+
+/// Source files worth showing whole; others are only listed.
+const SOURCE_EXTENSIONS: &[&str] = &[
+    ".py", ".js", ".ts", ".go", ".rs", ".rb", ".java", ".c", ".h", ".cpp", ".sh",
+];
+const MAX_FILE: usize = 8 * 1024;
+const MAX_SOURCES: usize = 12 * 1024;
+
+pub async fn first_message(task: &str, ctx: &ToolContext<'_>) -> String {
+    let mut msg = format!("{task}\n\nTo start with, here is the project.\n");
+    let ws = Workspace::new(ctx.sandbox);
+    let files = ws.list(".", 200).await.map(|l| l.lines).unwrap_or_default();
+    if !files.is_empty() {
+        msg.push_str(&format!("\nIts files:\n{}\n", files.join("\n")));
+    }
+    if let Some(cmd) = &ctx.settings.test_command
+        && let Ok(out) = ctx.shell(cmd).await
+    {
+        let state = if out.success() { "passes" } else { "fails" };
+        msg.push_str(&format!(
+            "\nThe test command `{cmd}` {state} now ({}); the end of its output:\n{}\n",
+            out.status_line(),
+            out.stdout.shrink(0, 2500).to_text().trim_end()
+        ));
+    }
+    let mut budget = MAX_SOURCES;
+    for path in files
+        .iter()
+        .filter(|p| SOURCE_EXTENSIONS.iter().any(|e| p.ends_with(e)))
+    {
+        if is_test_file(path, &ctx.settings.test_patterns) {
+            continue;
+        }
+        let Ok(file) = ws.read(path, MAX_FILE).await else {
+            continue;
+        };
+        if !file.complete() || file.data.len() > budget || file.data.contains(&0) {
+            continue;
+        }
+        budget -= file.data.len();
+        let text = String::from_utf8_lossy(&file.data);
+        if let Ok(numbered) = number_lines(&text, None, None, 10_000) {
+            msg.push_str(&format!(
+                "\nThe file {path} (line numbers and a tab, then the line):\n{numbered}\n"
+            ));
+        }
+    }
+    msg
+}
