@@ -11,16 +11,25 @@ build:
     cargo build --release --locked
 
 # Make sure the sandbox image exists (through Docker, or offline from Debian packages).
-image: build
-    scripts/ensure-image {{bin}}
+image profile="release":
+    cargo build --locked {{ if profile == "release" { "--release" } else { "" } }}
+    scripts/ensure-image target/{{ if profile == "release" { "release" } else { "debug" } }}/agentbox
 
 # The main job: the agent fixes the bundled example (a live model with an API key, else a replay).
 demo: image
     {{bin}} demo
 
 # Every test: unit, and integration against the real Docker daemon and image.
-test: image
-    cargo test --locked --all-targets
+test: (image "debug")
+    cargo test --locked
+
+# Speed and memory, side by side with `docker exec` and a host process (a few minutes).
+bench: (image "debug")
+    cargo bench --locked --bench bench
+
+# The same, with fewer repetitions.
+bench-quick: (image "debug")
+    cargo bench --locked --bench bench -- quick
 
 # Formatting and lints, as CI expects them.
 lint:

@@ -551,13 +551,77 @@ async fn big_repo(n: usize) {
     sb.shutdown().await.unwrap();
 }
 
+/// `agentbox eval` with the scripted provider over the example tasks (twice over, so 16 jobs
+/// have work): tasks per minute at 1, 4 and 16 jobs.
+fn eval_throughput() {
+    let tasks = tempfile::Builder::new()
+        .prefix("agentbox-bench-tasks-")
+        .tempdir()
+        .unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tasks");
+    let mut n = 0;
+    for copy in 0..2 {
+        for entry in std::fs::read_dir(&examples).unwrap() {
+            let entry = entry.unwrap();
+            let to = tasks
+                .path()
+                .join(format!("{}-{copy}", entry.file_name().to_string_lossy()));
+            std::fs::create_dir_all(&to).unwrap();
+            for f in std::fs::read_dir(entry.path()).unwrap() {
+                let f = f.unwrap();
+                std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+            }
+            n += 1;
+        }
+    }
+    for jobs in [1, 4, 16] {
+        let out = tempfile::tempdir().unwrap();
+        let t = Instant::now();
+        let status = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+            .args([
+                "eval",
+                "--provider",
+                "scripted",
+                "--jobs",
+                &jobs.to_string(),
+                "--out",
+            ])
+            .arg(out.path())
+            .arg(tasks.path())
+            .env("AGENTBOX_CONFIG", "")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        assert!(status.code() == Some(0), "eval failed: {status}");
+        let per_min = n as f64 * 60.0 / secs;
+        row(
+            &format!("eval, scripted, {n} tasks, --jobs {jobs}: tasks/minute"),
+            &Stats {
+                median: per_min,
+                p90: per_min,
+            },
+            "/min",
+            &format!("one run, {secs:.0} s"),
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = raw.iter().filter(|a| *a != "--bench").cloned().collect();
     match args.first().map(String::as_str) {
         Some("child-load") => return load_child(args[1].parse().unwrap()).await,
         Some("child-flood") => return flood_child(args[1] == "per-call").await,
         _ => {}
+    }
+    // `cargo test --all-targets` runs bench binaries without `--bench`: do not start a
+    // many-minute benchmark from a test run.
+    if !raw.iter().any(|a| a == "--bench") {
+        println!("benchmarks run with `cargo bench --bench bench` (or `just bench`)");
+        return;
     }
     let quick = args.iter().any(|a| a == "quick");
     let (n, starts, repeats, repo) = if quick { (20, 5, 1, 2) } else { (200, 20, 3, 5) };
@@ -579,4 +643,5 @@ async fn main() {
     startup(starts).await;
     load_and_flood(repeats);
     big_repo(repo).await;
+    eval_throughput();
 }
