@@ -179,6 +179,9 @@ async fn ctrl_c_keeps_the_results_so_far_and_leaves_nothing_behind() {
     let o = child.wait_with_output().await.unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
     nothing_left(pid).await;
+    // A create request in flight at the interrupt must not produce a container later either.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    nothing_left(pid).await;
     let kept = results(out.path());
     assert!(!kept.is_empty() && kept.len() < 4, "{kept:?}");
 }

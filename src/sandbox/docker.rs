@@ -112,6 +112,55 @@ fn live() -> &'static Mutex<HashMap<String, (Docker, String)>> {
 /// Set once this process asks Docker to create a container or volume.
 static CREATED_ANY: AtomicBool = AtomicBool::new(false);
 
+/// Names of containers (`false`) and volumes (`true`) whose create request was sent but whose
+/// answer has not been seen: if Ctrl-C drops the request's future, the daemon may still create
+/// it, and cleanup must find it by name.
+fn pending() -> &'static Mutex<Vec<(bool, String, Docker)>> {
+    static PENDING: OnceLock<Mutex<Vec<(bool, String, Docker)>>> = OnceLock::new();
+    PENDING.get_or_init(Default::default)
+}
+
+/// Record a create request about to be sent; `created` is called once its answer is in.
+fn creating(docker: &Docker, volume: bool, name: &str) {
+    CREATED_ANY.store(true, Ordering::Relaxed);
+    pending()
+        .lock()
+        .expect("pending lock")
+        .push((volume, name.to_string(), docker.clone()));
+}
+
+fn created(volume: bool, name: &str) {
+    pending()
+        .lock()
+        .expect("pending lock")
+        .retain(|(v, n, _)| !(*v == volume && n == name));
+}
+
+/// Remove a container or volume that may not exist yet (its create request was in flight):
+/// retry on "no such" for a few seconds.
+async fn remove_when_it_appears(docker: &Docker, volume: bool, name: &str) {
+    for _ in 0..15 {
+        let r = if volume {
+            let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
+                .force(true)
+                .build();
+            docker.remove_volume(name, Some(opts)).await
+        } else {
+            let opts = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            docker.remove_container(name, Some(opts)).await
+        };
+        match r {
+            Err(e) if status_of(&e) == Some(404) || status_of(&e) == Some(409) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            _ => return,
+        }
+    }
+}
+
 /// Volumes of `--isolate` sessions this process has not yet removed.
 fn live_volumes() -> &'static Mutex<HashMap<String, Docker>> {
     static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
@@ -126,8 +175,15 @@ pub async fn remove_live_containers() {
         tidy(&docker, &id, &user).await;
         remove_container(&docker, &id).await;
     }
+    let unanswered: Vec<(bool, String, Docker)> = pending().lock().expect("pending lock").drain(..).collect();
+    for (volume, name, docker) in unanswered.iter().filter(|(v, _, _)| !v) {
+        remove_when_it_appears(docker, *volume, name).await;
+    }
     let volumes: Vec<(String, Docker)> = live_volumes().lock().expect("live lock").drain().collect();
     let docker = volumes.first().map(|(_, d)| d.clone());
+    for (volume, name, docker) in unanswered.iter().filter(|(v, _, _)| *v) {
+        remove_when_it_appears(docker, *volume, name).await;
+    }
     for (name, docker) in volumes {
         remove_volume(&docker, &name).await;
     }
@@ -177,36 +233,40 @@ async fn prepare_volume(
     seed: &Path,
 ) -> Result<(), SandboxError> {
     let labels = spec.labels();
-    CREATED_ANY.store(true, Ordering::Relaxed);
-    docker
+    creating(docker, true, name);
+    let made = docker
         .create_volume(bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),
             labels: Some(labels),
             ..Default::default()
         })
-        .await
-        .map_err(|e| SandboxError::docker("create volume", e))?;
+        .await;
+    created(true, name);
+    made.map_err(|e| SandboxError::docker("create volume", e))?;
     live_volumes()
         .lock()
         .expect("live lock")
         .insert(name.to_string(), docker.clone());
-    let seeder = docker
+    let seeder_name = format!("{}-seed", spec.container_name());
+    creating(docker, false, &seeder_name);
+    let made = docker
         .create_container(
             Some(
                 CreateContainerOptionsBuilder::default()
-                    .name(&format!("{}-seed", spec.container_name()))
+                    .name(&seeder_name)
                     .build(),
             ),
             spec.seeder_body(name),
         )
-        .await
-        .map_err(|e| match status_of(&e) {
-            Some(404) => SandboxError::ImageMissing {
-                image: spec.image.clone(),
-                detail: String::new(),
-            },
-            _ => SandboxError::docker("create the seeding container", e),
-        })?;
+        .await;
+    created(false, &seeder_name);
+    let seeder = made.map_err(|e| match status_of(&e) {
+        Some(404) => SandboxError::ImageMissing {
+            image: spec.image.clone(),
+            detail: String::new(),
+        },
+        _ => SandboxError::docker("create the seeding container", e),
+    })?;
     let id = seeder.id;
     live()
         .lock()
@@ -420,21 +480,23 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
-        CREATED_ANY.store(true, Ordering::Relaxed);
-        let created = docker
+        creating(docker, false, &name);
+        let made = docker
             .create_container(
                 Some(CreateContainerOptionsBuilder::default().name(&name).build()),
                 spec.create_body(main),
             )
-            .await
-            .map_err(|e| match status_of(&e) {
-                Some(404) => SandboxError::ImageMissing {
-                    image: spec.image.clone(),
-                    detail: String::new(),
-                },
-                _ => SandboxError::docker("create container", e),
-            })?;
-        let id = created.id;
+            .await;
+        // Answered: from here on `live` tracks it (no await in between, so no cancellation).
+        created(false, &name);
+        let created_container = made.map_err(|e| match status_of(&e) {
+            Some(404) => SandboxError::ImageMissing {
+                image: spec.image.clone(),
+                detail: String::new(),
+            },
+            _ => SandboxError::docker("create container", e),
+        })?;
+        let id = created_container.id;
         live()
             .lock()
             .expect("live lock")
