@@ -63,19 +63,11 @@ async fn nothing_left(pid: u32) {
     })
     .await;
     assert!(gone, "containers left by eval pid {pid}");
-    let filters =
-        std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
-    let volumes = docker
-        .list_volumes(Some(
-            bollard::query_parameters::ListVolumesOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .unwrap()
-        .volumes
-        .unwrap_or_default();
-    assert!(volumes.is_empty(), "volumes left by eval pid {pid}: {volumes:?}");
+    assert_eq!(
+        volumes_of_pid(&docker, pid).await,
+        0,
+        "volumes left by eval pid {pid}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,23 +107,6 @@ async fn run_isolated(
     (out.status.code(), report, text(&out.stderr), pid)
 }
 
-async fn volumes_of_pid(pid: u32) -> usize {
-    let docker = docker().await;
-    let filters =
-        std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
-    docker
-        .list_volumes(Some(
-            bollard::query_parameters::ListVolumesOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .unwrap()
-        .volumes
-        .unwrap_or_default()
-        .len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_is_untouched_and_the_patch_reproduces_the_sandbox() {
     let project = fixture();
@@ -137,7 +120,11 @@ async fn the_host_is_untouched_and_the_patch_reproduces_the_sandbox() {
         before,
         "the host project must be byte-identical, mtimes included"
     );
-    assert_eq!(volumes_of_pid(pid).await, 0, "the volume is removed");
+    assert_eq!(
+        volumes_of_pid(&docker().await, pid).await,
+        0,
+        "the volume is removed"
+    );
     let patch = work.path().join(report["patch_file"].as_str().unwrap());
     assert!(patch.exists());
 

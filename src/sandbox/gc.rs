@@ -43,8 +43,35 @@ pub fn hostname() -> String {
 
 /// Remove (or with `dry_run`, only list) labelled resources whose agentbox process is gone.
 pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcReport, SandboxError> {
+    sweep(
+        docker,
+        vec![SESSION_LABEL.to_string()],
+        &|labels| !all && owner_alive(labels),
+        dry_run,
+    )
+    .await
+}
+
+/// Remove every container and volume labelled with this process's pid and host.
+pub async fn remove_owned_by_this_process(docker: &Docker) -> Result<GcReport, SandboxError> {
+    let mine = vec![
+        format!("{PID_LABEL}={}", std::process::id()),
+        format!("{HOST_LABEL}={}", hostname()),
+    ];
+    sweep(docker, mine, &|_| false, false).await
+}
+
+/// Containers, then volumes, carrying every label of `labels` (`key` or `key=value`), except
+/// those `keep` spares.
+async fn sweep(
+    docker: &Docker,
+    labels: Vec<String>,
+    keep: &(dyn Fn(&HashMap<String, String>) -> bool + Sync),
+    dry_run: bool,
+) -> Result<GcReport, SandboxError> {
     let mut report = GcReport::default();
-    let filters = HashMap::from([("label".to_string(), vec![SESSION_LABEL.to_string()])]);
+    let filters = HashMap::from([("label".to_string(), labels)]);
+    let docker_err = |context: String| move |source| SandboxError::Docker { context, source };
     let containers = docker
         .list_containers(Some(
             ListContainersOptionsBuilder::default()
@@ -53,120 +80,47 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
                 .build(),
         ))
         .await
-        .map_err(|e| SandboxError::Docker {
-            context: "list containers".into(),
-            source: e,
-        })?;
+        .map_err(docker_err("list containers".into()))?;
     for c in containers {
-        let labels = c.labels.unwrap_or_default();
-        if !all && owner_alive(&labels) {
+        if keep(&c.labels.unwrap_or_default()) {
             report.in_use += 1;
             continue;
         }
         let Some(id) = c.id else { continue };
-        if dry_run {
-            report.containers_removed.push(id);
-            continue;
-        }
-        let opts = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
-        match docker.remove_container(&id, Some(opts)).await {
-            Ok(()) => report.containers_removed.push(id[..12.min(id.len())].to_string()),
-            Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => {}
-            Err(e) => {
-                return Err(SandboxError::Docker {
-                    context: format!("remove container {id}"),
-                    source: e,
-                });
-            }
-        }
-    }
-    let volumes = docker
-        .list_volumes(Some(
-            ListVolumesOptionsBuilder::default().filters(&filters).build(),
-        ))
-        .await
-        .map_err(|e| SandboxError::Docker {
-            context: "list volumes".into(),
-            source: e,
-        })?;
-    for v in volumes.volumes.unwrap_or_default() {
-        if !all && owner_alive(&v.labels) {
-            report.in_use += 1;
-            continue;
-        }
-        if dry_run {
-            report.volumes_removed.push(v.name);
-            continue;
-        }
-        match docker
-            .remove_volume(
-                &v.name,
-                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
-            )
-            .await
-        {
-            Ok(()) => report.volumes_removed.push(v.name),
-            Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => {}
-            Err(e) => {
-                return Err(SandboxError::Docker {
-                    context: format!("remove volume {}", v.name),
-                    source: e,
-                });
-            }
-        }
-    }
-    Ok(report)
-}
-
-/// Remove every container and volume labelled with this process's pid and host.
-pub async fn remove_owned_by_this_process(docker: &Docker) -> Result<(), SandboxError> {
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![
-            format!("{PID_LABEL}={}", std::process::id()),
-            format!("{HOST_LABEL}={}", hostname()),
-        ],
-    )]);
-    let containers = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(|e| SandboxError::Docker {
-            context: "list containers".into(),
-            source: e,
-        })?;
-    for c in containers {
-        if let Some(id) = c.id {
+        let short = id[..12.min(id.len())].to_string();
+        if !dry_run {
             let opts = RemoveContainerOptionsBuilder::default()
                 .force(true)
                 .v(true)
                 .build();
-            let _ = docker.remove_container(&id, Some(opts)).await;
+            match docker.remove_container(&id, Some(opts)).await {
+                Ok(()) => {}
+                Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => continue,
+                Err(e) => return Err(docker_err(format!("remove container {id}"))(e)),
+            }
         }
+        report.containers_removed.push(short);
     }
     let volumes = docker
         .list_volumes(Some(
             ListVolumesOptionsBuilder::default().filters(&filters).build(),
         ))
         .await
-        .map_err(|e| SandboxError::Docker {
-            context: "list volumes".into(),
-            source: e,
-        })?;
+        .map_err(docker_err("list volumes".into()))?;
     for v in volumes.volumes.unwrap_or_default() {
-        let _ = docker
-            .remove_volume(
-                &v.name,
-                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
-            )
-            .await;
+        if keep(&v.labels) {
+            report.in_use += 1;
+            continue;
+        }
+        if !dry_run {
+            let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
+            match docker.remove_volume(&v.name, Some(opts)).await {
+                Ok(()) => {}
+                Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => continue,
+                Err(e) => return Err(docker_err(format!("remove volume {}", v.name))(e)),
+            }
+        }
+        report.volumes_removed.push(v.name);
     }
-    Ok(())
+    Ok(report)
 }

@@ -156,6 +156,22 @@ pub async fn containers_of_pid(docker: &Docker, pid: u32) -> usize {
         .len()
 }
 
+/// Volumes labelled by the agentbox process `pid`.
+pub async fn volumes_of_pid(docker: &Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListVolumesOptionsBuilder;
+    let filters =
+        std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
+    docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .expect("list volumes")
+        .volumes
+        .unwrap_or_default()
+        .len()
+}
+
 pub async fn container_exists(docker: &Docker, id: &str) -> bool {
     docker.inspect_container(id, None).await.is_ok()
 }
