@@ -138,12 +138,15 @@ impl EventSink for TrajectoryWriter {
 /// the model or a command when stderr is a terminal.
 pub struct Printer {
     spinner: Spinner,
+    /// The API key never reaches the terminal either, even echoed in a server's error message.
+    redactor: Redactor,
 }
 
-impl Default for Printer {
-    fn default() -> Self {
+impl Printer {
+    pub fn new(redactor: Redactor) -> Self {
         Printer {
             spinner: Spinner::new(std::io::stderr().is_terminal()),
+            redactor,
         }
     }
 }
@@ -157,10 +160,27 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// Text from the model, the repository or a command, made safe for a terminal: control
+/// characters (ESC, CR, ...) shown as `\x1b` and so on, so no escape sequence can rewrite what
+/// the user reads (a diff under review, an approval prompt) or reach the clipboard.
+pub fn for_terminal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c) {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl EventSink for Printer {
     fn emit(&self, event: &Event<'_>) {
+        use std::fmt::Write as _;
         self.spinner.stop();
-        let mut err = std::io::stderr().lock();
+        let mut out = String::new();
+        let mut spin = None;
         match event {
             Event::Started {
                 session,
@@ -171,17 +191,14 @@ impl EventSink for Printer {
                 ..
             } => {
                 let _ = writeln!(
-                    err,
+                    out,
                     "agentbox: session {session}: {model}; sandbox {image} ({exec_mode})"
                 );
                 if let Some(cmd) = test_command {
-                    let _ = writeln!(err, "agentbox: test command: {cmd}");
+                    let _ = writeln!(out, "agentbox: test command: {cmd}");
                 }
             }
-            Event::ModelRequest { step, .. } => {
-                drop(err);
-                self.spinner.start(format!("step {step}: waiting for the model"));
-            }
+            Event::ModelRequest { step, .. } => spin = Some(format!("step {step}: waiting for the model")),
             Event::ModelResponse {
                 step,
                 turn,
@@ -190,7 +207,7 @@ impl EventSink for Printer {
             } => {
                 let approx = if *estimated_usage { "≈" } else { "=" };
                 let _ = writeln!(
-                    err,
+                    out,
                     "--- step {step}: stop_reason={} in{approx}{} out{approx}{}",
                     turn.stop,
                     turn.usage.total_input(),
@@ -198,7 +215,7 @@ impl EventSink for Printer {
                 );
                 let text = turn.text();
                 for line in text.lines().filter(|l| !l.trim().is_empty()).take(6) {
-                    let _ = writeln!(err, "  {}", one_line(line, 160));
+                    let _ = writeln!(out, "  {}", one_line(line, 160));
                 }
             }
             Event::Retry {
@@ -207,7 +224,7 @@ impl EventSink for Printer {
                 reason,
             } => {
                 let _ = writeln!(
-                    err,
+                    out,
                     "  (model request failed: {}; retry {attempt} in {:.1}s)",
                     one_line(reason, 120),
                     *wait_ms as f64 / 1000.0
@@ -216,13 +233,12 @@ impl EventSink for Printer {
             Event::ToolStarted { call, .. } => {
                 // JSON text has no raw newlines; keep its spaces, they can be the point of an edit.
                 let _ = writeln!(
-                    err,
+                    out,
                     "[{}] {}",
                     call.name,
                     crate::tools::clip(&call.arguments.to_json_text(), 120)
                 );
-                drop(err);
-                self.spinner.start(format!("running {}", call.name));
+                spin = Some(format!("running {}", call.name));
             }
             Event::ToolFinished {
                 content,
@@ -231,21 +247,26 @@ impl EventSink for Printer {
                 ..
             } => {
                 if *is_error {
-                    let _ = writeln!(err, "  ! {}", one_line(content, 160));
+                    let _ = writeln!(out, "  ! {}", one_line(content, 160));
                 } else if *name == "run_tests" || *name == "bash" {
                     let last = content.lines().last().unwrap_or_default();
-                    let _ = writeln!(err, "  → {}", one_line(last, 120));
+                    let _ = writeln!(out, "  → {}", one_line(last, 120));
                 }
             }
             Event::Note { message } => {
-                let _ = writeln!(err, "agentbox: {message}");
+                let _ = writeln!(out, "agentbox: {message}");
             }
             Event::Verifying { command } => {
-                let _ = writeln!(err, "agentbox: verifying: running `{command}` in the sandbox");
-                drop(err);
-                self.spinner.start("running the tests".into());
+                let _ = writeln!(out, "agentbox: verifying: running `{command}` in the sandbox");
+                spin = Some("running the tests".into());
             }
             Event::Finished { .. } => {}
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(for_terminal(&self.redactor.redact(&out)).as_bytes());
+        drop(err);
+        if let Some(label) = spin {
+            self.spinner.start(for_terminal(&label));
         }
     }
 }
@@ -316,6 +337,15 @@ impl Drop for Printer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_text_cannot_carry_escape_sequences() {
+        assert_eq!(
+            for_terminal("ok\x1b[2Kgone\r\u{9b}31m\tline\n"),
+            "ok\\x1b[2Kgone\\x0d\\x9b31m\tline\n"
+        );
+        assert_eq!(for_terminal("plain – text ✓"), "plain – text ✓");
+    }
 
     #[test]
     fn redaction_replaces_every_occurrence_of_long_secrets() {

@@ -51,7 +51,8 @@ pub struct Session {
 
 /// The progress printer, plus the trajectory file when asked for.
 pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
-    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(Printer::default())];
+    let mut sinks: Vec<Box<dyn EventSink>> =
+        vec![Box::new(Printer::new(Redactor::new(settings.model.secrets())))];
     if let Some(path) = &settings.trajectory {
         let writer = TrajectoryWriter::create(path, Redactor::new(settings.model.secrets()))
             .map_err(|e| anyhow::anyhow!("cannot write the trajectory {}: {e}", path.display()))?;
@@ -438,10 +439,12 @@ pub struct TerminalApprover;
 #[async_trait]
 impl Approver for TerminalApprover {
     async fn approve(&self, request: &Approval) -> bool {
-        let prompt = match request {
+        // What is shown for approval must be exactly what will happen: no escape sequence in
+        // the diff or the command may hide or rewrite any of it.
+        let prompt = crate::events::for_terminal(&match request {
             Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
             Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
-        };
+        });
         tokio::task::spawn_blocking(move || {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "{prompt}allow? [y/N] ");

@@ -14,7 +14,9 @@ use crate::sandbox::{Captured, ExecOutput, ExecRequest, NativeOp, Sandbox, Sandb
 /// absolute path in `$p` and the path relative to the workspace in `$rel` (`.` for the root).
 const RESOLVE: &str = r#"set -u
 cd /workspace || exit 90
-p=$(realpath -m -- "$1" 2>/dev/null) || exit 90
+# The x keeps a trailing newline of the name from being eaten by $( ).
+p=$(realpath -m -- "$1" 2>/dev/null && printf x) || exit 90
+p=${p%?x}
 case "$p" in
   /workspace) rel=. ;;
   /workspace/*) rel=${p#/workspace/} ;;
@@ -82,7 +84,7 @@ if command -v rg >/dev/null 2>&1; then
   } | awk -v max="$1" 'NR <= max { print } END { print "total=" NR > "/dev/stderr" }'
 else
   set -- "$2" "$rel"
-  find "$2" $PRUNE -type f -print | sed 's|^\./||' | sort \
+  find "./$2" $PRUNE -type f -print | sed 's|^\./||; s|^\./||' | sort \
     | awk -v max="$1" 'NR <= max { print } END { print "total=" NR > "/dev/stderr" }'
 fi
 "#;

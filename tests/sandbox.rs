@@ -444,3 +444,45 @@ async fn images_without_python_get_one_exec_per_call_with_the_same_guarantees() 
     );
     sb.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn hostile_inputs_get_an_answer_and_the_session_goes_on() {
+    let project = Project::new(&[]);
+    let sb = sandbox(&project).await;
+    let out = sb
+        .exec(ExecRequest::argv(
+            ["bash", "-c", "echo a\0b"],
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 126, "{}", out.stderr.to_text());
+    // A chain of a thousand links: deep enough to exhaust a resolver.
+    stdout_of(
+        &sb,
+        "touch l0; i=0; while [ $i -lt 1000 ]; do ln -s l$i l$((i+1)); i=$((i+1)); done",
+    )
+    .await;
+    let ws = Workspace::new(&sb);
+    assert!(ws.read("l1000", 100).await.is_err());
+    assert_eq!(stdout_of(&sb, "echo still here").await, "still here\n");
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn per_call_mode_sweeps_even_when_a_command_kills_its_wrapper() {
+    let project = Project::new(&[]);
+    let mut cfg = config();
+    cfg.per_call_exec = true;
+    let sb = sandbox_with(&project, &cfg).await;
+    let _ = sb
+        .exec(shell("setsid sh -c 'while :; do date > /tmp/daemon; sleep 0.2; done' >/dev/null 2>&1 & sleep 0.3; kill -9 $PPID"))
+        .await
+        .unwrap();
+    let ps = stdout_of(&sb, "sleep 1; ps -eo args=").await;
+    assert!(
+        !ps.contains("/tmp/daemon"),
+        "a daemon outlived its command:\n{ps}"
+    );
+    sb.shutdown().await.unwrap();
+}

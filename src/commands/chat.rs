@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use crate::agent::Stop;
 use crate::cli::ChatArgs;
 use crate::config::AgentSettings;
-use crate::events::{Event, EventSink};
+use crate::events::{Event, EventSink, for_terminal};
 use crate::model::Message;
 use crate::report::exit;
 use crate::session::{Session, event_sinks, run_tests_now};
@@ -28,15 +28,15 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
             "/help" => eprintln!("{HELP}"),
             "/diff" => match session.diff().await {
                 Ok(d) if d.is_empty() => println!("(no changes)"),
-                Ok(d) => print!("{d}"),
+                Ok(d) => print!("{}", for_terminal(&d)),
                 Err(e) => eprintln!("diff unavailable: {e}"),
             },
-            "/tests" => println!("{}", run_tests_now(&session).await),
+            "/tests" => println!("{}", for_terminal(&run_tests_now(&session).await)),
             _ => {
                 messages.push(Message::user_text(line));
                 let result = session.agent().run(&mut messages).await;
                 match result.stop {
-                    Stop::Answered(text) => println!("\nagent> {}\n", text.trim()),
+                    Stop::Answered(text) => println!("\nagent> {}\n", for_terminal(text.trim())),
                     Stop::StepLimit => {
                         eprintln!(
                             "agentbox: stopped at the step limit ({} steps) for this request",

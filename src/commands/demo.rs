@@ -60,7 +60,7 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
         dir.display()
     );
     let report = run_task(&settings, &dir, DEFAULT_TASK).await?;
-    print_report(&report, args.json)?;
+    print_report(&report, args.json, settings.model.secrets())?;
     if replay {
         eprintln!(
             "\nagentbox demo: that was a scripted replay. Set ANTHROPIC_API_KEY (or OPENAI_API_KEY) to watch a live model."

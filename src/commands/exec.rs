@@ -13,6 +13,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
     let cfg = SandboxConfig::from_args(&args.sandbox)?;
     let limit =
         parse_size(&args.output_limit).map_err(|e| UsageError(format!("--output-limit: {e}")))? as usize;
+    if limit > 16 << 20 {
+        return Err(UsageError("--output-limit: at most 16m (from each end of each stream)".into()).into());
+    }
     let (_docker, sandbox) = super::open_sandbox(&cfg, &args.project).await?;
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::cli::RunArgs;
 use crate::config::{AgentSettings, IsolateSettings};
-use crate::events::{Event, EventSink};
+use crate::events::{Event, EventSink, Redactor, for_terminal};
 use crate::report::Report;
 use crate::session::{Session, event_sinks};
 
@@ -26,7 +26,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         args.task.join(" ")
     };
     let report = run_task(&settings, &args.project, &task).await?;
-    print_report(&report, args.json)?;
+    print_report(&report, args.json, settings.model.secrets())?;
     Ok(report.exit_code)
 }
 
@@ -43,11 +43,14 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     Ok(report)
 }
 
-pub fn print_report(report: &Report, json: bool) -> anyhow::Result<()> {
+/// The report on stdout: JSON (which escapes control characters itself), or text made safe
+/// for a terminal. Either way with the API key redacted, should an error message echo it.
+pub fn print_report(report: &Report, json: bool, secrets: Vec<String>) -> anyhow::Result<()> {
+    let redactor = Redactor::new(secrets);
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        println!("{}", redactor.redact(&serde_json::to_string_pretty(report)?));
     } else {
-        print!("{}", report.render(200));
+        print!("{}", for_terminal(&redactor.redact(&report.render(200))));
     }
     Ok(())
 }

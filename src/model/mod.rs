@@ -318,6 +318,8 @@ impl std::fmt::Debug for HttpSettings {
 pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, ModelError> {
     install_crypto_provider();
     reqwest::Client::builder()
+        // A redirect would carry the key header to wherever it points.
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
         .connect_timeout(Duration::from_secs(15))
         .build()

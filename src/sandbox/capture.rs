@@ -26,7 +26,8 @@ impl Captured {
     }
 
     pub fn cut(&self) -> u64 {
-        self.total - (self.head.len() + self.tail.len()) as u64
+        self.total
+            .saturating_sub((self.head.len() + self.tail.len()) as u64)
     }
 
     pub fn truncated(&self) -> bool {

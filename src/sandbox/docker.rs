@@ -23,7 +23,7 @@ use tracing::{Instrument, debug, info_span};
 use super::capture::HeadTail;
 use super::executor::Executor;
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
-use super::{ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
+use super::{Captured, ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
 
 /// Kills every process the sandbox user may signal except the calling shell, until none of that
 /// uid is left (zombies aside). `kill -1` skips the caller and the namespace's init, and the
@@ -207,7 +207,7 @@ async fn remove_volume(docker: &Docker, name: &str) {
         .force(true)
         .build();
     // A volume is busy until its container is gone; the container's removal can lag a little.
-    for _ in 0..50 {
+    for _ in 0..300 {
         match docker.remove_volume(name, Some(opts.clone())).await {
             Ok(()) => return,
             Err(e) if status_of(&e) == Some(404) => return,
@@ -696,6 +696,11 @@ impl DockerSandbox {
         if let Some(w) = writer {
             w.abort();
         }
+        // The wrapper's own sweep can be escaped by a command that kills the wrapper: sweep again
+        // from a fresh exec, so nothing outlives the command in this mode either.
+        if !timed_out {
+            self.sweep().await?;
+        }
         let inspect = self
             .docker
             .inspect_exec(&exec.id)
@@ -792,6 +797,22 @@ impl Sandbox for DockerSandbox {
 
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.check_open()?;
+        if req.argv.is_empty()
+            || req
+                .argv
+                .iter()
+                .chain(req.env.iter().map(|(_, v)| v))
+                .any(|a| a.contains('\0'))
+        {
+            // No process can receive such an argument: answer as a shell would, in both modes.
+            return Ok(ExecOutput {
+                exit_code: 126,
+                stderr: Captured::complete(
+                    b"cannot run: the command or an argument is empty or contains a NUL byte\n".to_vec(),
+                ),
+                ..Default::default()
+            });
+        }
         let span = info_span!("exec", argv0 = req.argv.first().map(String::as_str).unwrap_or(""));
         async {
             match self.info.exec_mode {

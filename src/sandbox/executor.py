@@ -32,13 +32,15 @@ READ_CHUNK = 1 << 16
 
 
 def harden():
-    # Not dumpable: another process of the same uid (the command we run) cannot open
-    # /proc/<us>/fd/1 and forge frames to the host, nor read our memory.
+    """Returns whether we are undumpable. If not (no ctypes in a minimal image), the host does
+    not use us: a command of the same uid could write forged frames to /proc/1/fd/1."""
+    hardened = False
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        hardened = libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
         libc.prctl(15, b"agentbox-exec", 0, 0, 0)  # PR_SET_NAME: `pkill python3` spares us
     except Exception:
         pass
@@ -47,6 +49,7 @@ def harden():
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                 signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda *_: None)
+    return hardened
 
 
 # Bytes read from stdin while a command ran (the host sends nothing then, but be exact).
@@ -199,7 +202,11 @@ def sweep():
 def resolve(path):
     """Like `realpath -m` from /workspace: symlinks resolved inside the container. Returns
     (absolute path, None) or (None, error response)."""
-    full = os.path.realpath(os.path.join("/workspace", path))
+    try:
+        full = os.path.realpath(os.path.join("/workspace", path))
+    except (OSError, ValueError, RecursionError):
+        # A link chain deep enough to exhaust the resolver, or a name the OS refuses.
+        return None, result(90)
     if full != "/workspace" and not full.startswith("/workspace/"):
         return None, result(91, err=full.encode())
     return full, None
@@ -332,6 +339,9 @@ def run(req):
         )
     except OSError as e:
         return {"spawn_error": f"{argv[0]}: {e.strerror or e}", "errno": e.errno}
+    except (ValueError, TypeError) as e:
+        # E.g. an argument with a NUL byte: the command cannot exist, say so like a shell would.
+        return {"spawn_error": f"{argv[0] if argv else ''}: {e}", "errno": None}
 
     sel = selectors.DefaultSelector()
     os.set_blocking(proc.stdout.fileno(), False)
@@ -455,10 +465,10 @@ def run(req):
 
 
 def main():
-    harden()
+    hardened = harden()
     # Start from a clean slate: a previous executor may have died mid-command.
     sweep()
-    send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid()})
+    send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid(), "hardened": hardened})
     while True:
         req = recv()
         if req is None:

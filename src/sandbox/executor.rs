@@ -22,7 +22,7 @@ pub const SOURCE: &str = include_str!("executor.py");
 const PROTOCOL: u64 = 1;
 /// Largest frame we accept from the executor. Responses carry capped output, so anything near
 /// this is a bug or a forgery, not data.
-const MAX_FRAME: usize = 64 << 20;
+const MAX_FRAME: usize = 160 << 20;
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
@@ -39,6 +39,8 @@ pub struct Executor {
 struct Hello {
     ready: bool,
     protocol: u64,
+    #[serde(default)]
+    hardened: bool,
 }
 
 #[derive(Deserialize)]
@@ -96,7 +98,11 @@ impl Executor {
             Err(_) => return None,
         };
         match serde_json::from_slice::<Hello>(&hello) {
-            Ok(h) if h.ready && h.protocol == PROTOCOL => Some(ex),
+            Ok(h) if h.ready && h.protocol == PROTOCOL && h.hardened => Some(ex),
+            Ok(h) if h.ready => {
+                tracing::debug!("the executor could not make itself undumpable: one docker exec per command");
+                None
+            }
             _ => None,
         }
     }
@@ -192,7 +198,12 @@ impl Executor {
             });
         }
         if let Some(e) = resp.internal_error {
-            return Err(SandboxError::ExecutorLost(format!("internal error: {e}")));
+            // The executor caught it and answered: the session goes on; this call failed.
+            return Ok(ExecOutput {
+                exit_code: 126,
+                stderr: Captured::complete(format!("agentbox executor: {e}\n").into_bytes()),
+                ..Default::default()
+            });
         }
         Ok(ExecOutput {
             exit_code: resp.exit.unwrap_or(-1),
@@ -201,7 +212,7 @@ impl Executor {
             oom_killed: resp.oom_kills.unwrap_or(0) > 0,
             stdout: resp.stdout.map(Stream64::decode).transpose()?.unwrap_or_default(),
             stderr: resp.stderr.map(Stream64::decode).transpose()?.unwrap_or_default(),
-            elapsed: Duration::from_secs_f64(resp.elapsed.unwrap_or(0.0)),
+            elapsed: Duration::try_from_secs_f64(resp.elapsed.unwrap_or(0.0)).unwrap_or_default(),
         })
     }
 }

@@ -62,10 +62,12 @@ pub fn parse_size(text: &str) -> Result<i64, ParseSizeError> {
         .trim()
         .parse()
         .map_err(|_| ParseSizeError(text.to_string()))?;
-    if !value.is_finite() || value <= 0.0 {
+    let bytes = value * (1u64 << shift) as f64;
+    // Below one byte rounds to 0, which Docker reads as "no limit".
+    if !bytes.is_finite() || bytes < 1.0 || bytes > i64::MAX as f64 {
         return Err(ParseSizeError(text.to_string()));
     }
-    Ok((value * (1u64 << shift) as f64) as i64)
+    Ok(bytes as i64)
 }
 
 /// What runs as the container's main process.
@@ -351,6 +353,10 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("-1m").is_err());
         assert!(parse_size("").is_err());
+        assert!(
+            parse_size("0.5").is_err(),
+            "rounds to zero, which Docker reads as unlimited"
+        );
     }
 
     #[test]
