@@ -81,6 +81,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
         _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
     };
     remove_live_containers().await;
+    // A session cut short did not get to check its project for planted git metadata.
+    for w in crate::sandbox::hostscan::finish_pending() {
+        eprintln!("agentbox: WARNING: {w}");
+    }
     code
 }
 
@@ -91,6 +95,8 @@ async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, nam
     // either edited or not.
     task.abort();
     let _ = task.await;
+    // An `--apply` in progress finishes: the project gets all of the changes or none.
+    let _ = tokio::task::spawn_blocking(crate::isolate::wait_for_apply).await;
     code
 }
 

@@ -73,12 +73,23 @@ impl SandboxConfig {
         project: &Path,
         seed: &Path,
     ) -> Result<SandboxSpec, crate::sandbox::SandboxError> {
-        let mut spec = self.bind_spec(project)?;
-        spec.workspace = crate::sandbox::WorkspaceSource::Volume {
-            name: format!("agentbox-{}", spec.session),
-            seed: seed.to_path_buf(),
-        };
-        Ok(spec)
+        // No bind mount: the hard-link and git checks of `bind_spec` do not apply to a copy.
+        let dir = crate::sandbox::inspect_project(project)?;
+        let session = new_session_id();
+        Ok(SandboxSpec {
+            workspace: crate::sandbox::WorkspaceSource::Volume {
+                name: format!("agentbox-{session}"),
+                seed: seed.to_path_buf(),
+            },
+            session,
+            image: self.image.clone(),
+            uid: dir.uid,
+            gid: dir.gid,
+            limits: self.limits.clone(),
+            runtime: self.runtime.clone(),
+            per_call_exec: self.per_call_exec,
+            labels: Vec::new(),
+        })
     }
 
     /// The spec for a sandbox with `project` bind-mounted.

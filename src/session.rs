@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, guard, prime, prompt};
+use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, prime, prompt};
 use crate::commands::{open_sandbox, open_spec};
 use crate::config::AgentSettings;
 use crate::config::IsolateSettings;
@@ -22,8 +22,17 @@ use crate::workspace::Workspace;
 
 /// Largest diff kept for the report.
 const MAX_DIFF_BYTES: usize = 4 << 20;
-/// Largest patch (and changed file) brought out of an `--isolate` sandbox.
-const MAX_PATCH_BYTES: usize = 64 << 20;
+
+/// `./agentbox-SESSION.patch`, unless the current directory is inside the project (which
+/// `--isolate` promises not to write): then the system's temporary directory.
+fn default_patch_path(project: &std::path::Path, session: &str) -> std::path::PathBuf {
+    let name = format!("agentbox-{session}.patch");
+    let cwd = std::env::current_dir().and_then(|d| d.canonicalize()).ok();
+    match cwd {
+        Some(d) if !d.starts_with(project) => d.join(name),
+        _ => std::env::temp_dir().join(name),
+    }
+}
 
 /// An `--isolate` session: what was copied in, to check the host against before `--apply`.
 struct Isolation {
@@ -43,7 +52,6 @@ pub struct Session {
     aids: crate::config::Aids,
     baseline_error: Option<String>,
     /// `.git` paths present at the start; any other found at the end was planted.
-    git_dirs_before: Option<Vec<String>>,
     isolation: Option<Isolation>,
     approver: Option<TerminalApprover>,
     started: Instant,
@@ -80,7 +88,7 @@ impl Session {
         let (sandbox, isolation) = match &settings.isolate {
             None => (open_sandbox(&settings.sandbox, project).await?.1, None),
             Some(iso) => {
-                let (_, uid, gid) = crate::sandbox::bind_workspace(project)?;
+                let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
                 let root = project.canonicalize()?;
                 let exclude = iso.exclude.clone();
                 let dir = root.clone();
@@ -104,7 +112,7 @@ impl Session {
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();
-        let git_dirs_before = guard::git_dirs(&sandbox).await.ok();
+
         let test_command = match &settings.test_cmd {
             Some(cmd) => Some(cmd.clone()),
             None => {
@@ -159,7 +167,7 @@ impl Session {
             },
             aids: settings.aids.clone(),
             baseline_error,
-            git_dirs_before,
+
             isolation,
             approver: settings.approve.then_some(TerminalApprover),
             started: Instant::now(),
@@ -283,13 +291,7 @@ impl Session {
         if let Some(e) = &self.baseline_error {
             return Err(e.clone());
         }
-        baseline::diff(
-            &self.sandbox,
-            self.tool_settings.command_timeout,
-            MAX_DIFF_BYTES,
-            false,
-        )
-        .await
+        baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES).await
     }
 
     pub async fn report(&self, result: &LoopResult) -> Report {
@@ -325,7 +327,7 @@ impl Session {
             Vec::new()
         };
         let warnings = if sandbox_alive {
-            self.check_planted_git().await
+            self.sandbox.check_git()
         } else {
             Vec::new()
         };
@@ -359,73 +361,82 @@ impl Session {
         }
     }
 
-    /// Move away any `.git` the session created (see `agent::guard`), and say so.
-    pub async fn check_planted_git(&self) -> Vec<String> {
-        match &self.git_dirs_before {
-            Some(before) => guard::quarantine_new(&self.sandbox, before).await,
-            None => {
-                vec!["could not list .git directories at the start; check the project for new ones".into()]
-            }
-        }
+    /// `--isolate`: what changed, computed on the host from the sandbox's files and what was
+    /// copied in (see `isolate::changeset_from_archive`).
+    pub async fn changeset(&self) -> Result<Vec<(isolate::Change, Option<Content>)>, String> {
+        let Some(iso) = &self.isolation else {
+            return Err("not an isolated session".into());
+        };
+        let reader = self
+            .sandbox
+            .archive_reader(crate::sandbox::WORKSPACE)
+            .await
+            .map_err(|e| e.to_string())?;
+        let bridge = tokio_util::io::SyncIoBridge::new(reader);
+        let manifest = iso.manifest.clone();
+        tokio::task::spawn_blocking(move || isolate::changeset_from_archive(bridge, &manifest))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
     }
 
-    /// `--isolate`: write the patch, and with `--apply` bring the changes into the project.
-    pub async fn finish_isolated(&self, report: &mut Report) {
-        let Some(iso) = &self.isolation else { return };
-        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
+    /// `--isolate`: the changes, the patch (from the host's originals), and with `--apply`
+    /// the changes in the project. The report's diff and file list become the host's account.
+    /// `Err` when what changed cannot be told (then nothing is written or applied).
+    pub async fn finish_isolated(&self, report: &mut Report) -> Result<(), String> {
+        let Some(iso) = &self.isolation else { return Ok(()) };
+        let changes = match self.changeset().await {
+            Ok(c) => c,
+            Err(e) => {
+                report.warnings.push(format!("cannot tell what changed: {e}"));
+                if iso.settings.apply {
+                    report.apply_error = Some(e.clone());
+                    report.exit_code = crate::report::exit::ERROR;
+                }
+                return Err(e);
+            }
+        };
+        let patch = isolate::patch::patch(&iso.project, &changes);
+        report.changed_files = changes
+            .iter()
+            .map(|(c, _)| crate::report::ChangedFile {
+                path: c.path.clone(),
+                added: None,
+                removed: None,
+            })
+            .collect();
+        report.diff = Some(patch.clone());
+        report.diff_error = None;
         if iso.settings.write_patch {
-            let path =
-                iso.settings.patch.clone().unwrap_or_else(|| {
-                    std::path::PathBuf::from(format!("agentbox-{}.patch", report.session))
-                });
-            match baseline::diff_bytes(&self.sandbox, timeout, MAX_PATCH_BYTES, true).await {
-                Ok((bytes, false)) => match std::fs::write(&path, &bytes) {
-                    Ok(()) => report.patch_file = Some(path.display().to_string()),
-                    Err(e) => report
-                        .warnings
-                        .push(format!("cannot write the patch {}: {e}", path.display())),
-                },
-                Ok((_, true)) => report.warnings.push(format!(
-                    "the patch is larger than {MAX_PATCH_BYTES} bytes; not written"
-                )),
-                Err(e) => report.warnings.push(format!("no patch: {e}")),
+            let path = iso
+                .settings
+                .patch
+                .clone()
+                .unwrap_or_else(|| default_patch_path(&iso.project, &report.session));
+            match std::fs::write(&path, &patch) {
+                Ok(()) => report.patch_file = Some(path.display().to_string()),
+                Err(e) => report
+                    .warnings
+                    .push(format!("cannot write the patch {}: {e}", path.display())),
             }
         }
         if iso.settings.apply {
-            match self.apply_changes(iso).await {
-                Ok(paths) => report.applied = Some(paths),
+            let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+            let applied =
+                tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &changes)).await;
+            match applied {
+                Ok(Ok(a)) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
+                Ok(Err(e)) => {
+                    report.apply_error = Some(e.to_string());
+                    report.exit_code = crate::report::exit::ERROR;
+                }
                 Err(e) => {
-                    report.apply_error = Some(e);
+                    report.apply_error = Some(e.to_string());
                     report.exit_code = crate::report::exit::ERROR;
                 }
             }
         }
-    }
-
-    async fn apply_changes(&self, iso: &Isolation) -> Result<Vec<String>, String> {
-        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
-        let changes = baseline::changes(&self.sandbox, timeout).await?;
-        let mut contents = std::collections::HashMap::new();
-        for ch in changes.iter().filter(|c| c.status != 'D') {
-            let tar = self
-                .sandbox
-                .get_archive(
-                    &format!("{}/{}", crate::sandbox::WORKSPACE, ch.path),
-                    MAX_PATCH_BYTES as u64,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            let content: Content =
-                isolate::content_from_archive(&ch.path, &tar).map_err(|e| e.to_string())?;
-            contents.insert(ch.path.clone(), content);
-        }
-        let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
-        let applied =
-            tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &changes, &contents))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
-        Ok(applied.written.into_iter().chain(applied.deleted).collect())
+        Ok(())
     }
 
     pub async fn close(self) {

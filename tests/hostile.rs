@@ -747,3 +747,101 @@ async fn an_interrupted_batch_of_edits_leaves_each_file_whole() {
     assert_eq!(project.read("keep.txt"), "untouched\n");
     eprintln!("interrupted after {whole} of 20 writes; every file whole");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_links_to_files_outside_the_project_are_refused() {
+    // As a package manager's cache does: a file in the project shares its inode with one outside.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("cached.py"), "clean = True\n").unwrap();
+    let project = Project::new(&[("a.py", "x = 1\n")]);
+    std::fs::create_dir_all(project.file(".venv/lib")).unwrap();
+    std::fs::hard_link(
+        outside.path().join("cached.py"),
+        project.file(".venv/lib/cached.py"),
+    )
+    .unwrap();
+    project.chown_all();
+    let out = run(agentbox().arg("exec").arg(project.path()).args([
+        "--",
+        "sh",
+        "-c",
+        "echo pwned >> .venv/lib/cached.py",
+    ]));
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("hard links to files outside it (e.g. .venv/lib/cached.py)")
+            && err.contains("--isolate"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("cached.py")).unwrap(),
+        "clean = True\n"
+    );
+    // A copy breaks the link: --isolate runs, and the outside file stays clean.
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash("echo pwned >> .venv/lib/cached.py; echo done")]}, done("x")]),
+        &["--isolate"],
+    )
+    .await;
+    assert!(run.result(0).1.contains("done"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("cached.py")).unwrap(),
+        "clean = True\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_metadata_anywhere_is_read_only_and_new_metadata_is_quarantined() {
+    let project = Project::new(&[
+        ("a.py", "x = 1\n"),
+        ("lib/sub/x.py", "y = 1\n"),
+        (".husky/_/pre-commit", "#!/bin/sh\n"),
+    ]);
+    project.git_init();
+    // A submodule's .git file, a hooks path inside the worktree, a bare repository.
+    std::fs::write(project.file("lib/sub/.git"), "gitdir: ../../.git/modules/sub\n").unwrap();
+    let config = std::fs::read_to_string(project.file(".git/config")).unwrap();
+    std::fs::write(
+        project.file(".git/config"),
+        format!("{config}[core]\n\thooksPath = .husky/_\n"),
+    )
+    .unwrap();
+    for d in ["bare/objects", "bare/refs"] {
+        std::fs::create_dir_all(project.file(d)).unwrap();
+    }
+    std::fs::write(project.file("bare/HEAD"), "ref: refs/heads/main\n").unwrap();
+    project.chown_all();
+    let run = hostile(
+        &project,
+        json!([
+            {"tool_calls": [
+                bash("echo 'gitdir: ../evil' > lib/sub/.git; echo rc=$?"),
+                bash("echo 'touch /tmp/pwned' > .husky/_/pre-commit; echo rc=$?"),
+                bash("echo '[core] fsmonitor = x' > bare/config; echo rc=$?"),
+                bash("mkdir -p node_modules/pkg/.git hid/sub/.git && chmod 0111 hid && echo planted")
+            ]},
+            done("tried")
+        ]),
+        &[],
+    )
+    .await;
+    for i in 0..3 {
+        let (_, r, _) = run.result(i);
+        assert!(
+            r.contains("Read-only file system") && r.contains("rc=1"),
+            "call {i}: {r}"
+        );
+    }
+    assert_eq!(project.read("lib/sub/.git"), "gitdir: ../../.git/modules/sub\n");
+    assert_eq!(project.read(".husky/_/pre-commit"), "#!/bin/sh\n");
+    assert!(run.result(3).1.contains("planted"));
+    let warnings = run.report.unwrap()["warnings"].to_string();
+    assert!(warnings.contains("node_modules/pkg/.git"), "{warnings}");
+    assert!(
+        warnings.contains("hid/sub/.git") || warnings.contains("hid cannot be read"),
+        "{warnings}"
+    );
+    assert!(!project.file("node_modules/pkg/.git").exists());
+}

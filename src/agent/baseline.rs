@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use crate::isolate::{Change, parse_name_status};
 use crate::report::ChangedFile;
 use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
 
@@ -53,17 +52,15 @@ git write-tree > "$GIT_DIR/BASELINE"
     )
 }
 
-fn diff_script(binary: bool) -> String {
+fn diff_script() -> String {
     format!(
         r#"set -e
 {env}git add -A 2>/dev/null
 base=$(cat "$GIT_DIR/BASELINE")
 if [ "$1" = numstat ]; then exec git diff --cached --no-renames --numstat "$base"; fi
-if [ "$1" = names ]; then exec git diff --cached --no-renames --name-status -z "$base"; fi
-exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames {binary} "$base"
+exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames "$base"
 "#,
         env = env_prefix(),
-        binary = if binary { "--binary --full-index" } else { "" }
     )
 }
 
@@ -83,27 +80,9 @@ pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), St
 }
 
 /// The unified diff against the snapshot, up to `max_bytes` (then cut, and marked).
-pub async fn diff(
-    sandbox: &dyn Sandbox,
-    timeout: Duration,
-    max_bytes: usize,
-    binary: bool,
-) -> Result<String, String> {
-    diff_bytes(sandbox, timeout, max_bytes, binary)
-        .await
-        .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// The diff as bytes (a patch must keep non-UTF-8 content), and whether it was cut at
-/// `max_bytes`.
-pub async fn diff_bytes(
-    sandbox: &dyn Sandbox,
-    timeout: Duration,
-    max_bytes: usize,
-    binary: bool,
-) -> Result<(Vec<u8>, bool), String> {
-    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(binary), "sh", "patch"], timeout)
-        .capture(max_bytes, 0);
+pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) -> Result<String, String> {
+    let req =
+        ExecRequest::argv(["/bin/sh", "-c", &diff_script(), "sh", "patch"], timeout).capture(max_bytes, 0);
     let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
     if !out.success() {
         return Err(format!(
@@ -112,14 +91,13 @@ pub async fn diff_bytes(
             out.stderr.to_text().trim()
         ));
     }
-    let cut = out.stdout.truncated();
-    Ok((out.stdout.head, cut))
+    Ok(out.stdout.to_text())
 }
 
 /// Files changed since the snapshot, with line counts (`None` for binary files).
 pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<ChangedFile>, String> {
-    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(false), "sh", "numstat"], timeout)
-        .capture(1 << 20, 0);
+    let req =
+        ExecRequest::argv(["/bin/sh", "-c", &diff_script(), "sh", "numstat"], timeout).capture(1 << 20, 0);
     let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
     if !out.success() {
         return Err(format!(
@@ -151,21 +129,6 @@ pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), Strin
             out.stderr.to_text().trim()
         ))
     }
-}
-
-/// Changed paths with their status (A, M, D, T), for bringing them back out (`--isolate`).
-pub async fn changes(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<Change>, String> {
-    let req = ExecRequest::argv(["/bin/sh", "-c", &diff_script(false), "sh", "names"], timeout)
-        .capture(16 << 20, 0);
-    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
-    if !out.success() || out.stdout.truncated() {
-        return Err(format!(
-            "git diff failed ({}): {}",
-            out.status_line(),
-            out.stderr.to_text().trim()
-        ));
-    }
-    Ok(parse_name_status(&out.stdout.head))
 }
 
 pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {
@@ -201,6 +164,6 @@ mod tests {
         let s = snapshot_script();
         assert!(s.contains("GIT_DIR=/run/agentbox/baseline.git"));
         assert!(s.contains("GIT_CONFIG_NOSYSTEM=1"));
-        assert!(diff_script(true).contains("--no-ext-diff --no-textconv"));
+        assert!(diff_script().contains("--no-ext-diff --no-textconv"));
     }
 }

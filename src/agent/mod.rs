@@ -3,7 +3,6 @@
 
 pub mod baseline;
 pub mod detect;
-pub mod guard;
 pub mod prime;
 pub mod prompt;
 

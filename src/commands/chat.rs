@@ -53,7 +53,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    for w in session.check_planted_git().await {
+    for w in session.sandbox.check_git() {
         eprintln!("agentbox: WARNING: {w}");
     }
     events.emit(&Event::Note {

@@ -19,7 +19,11 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
     let (_docker, sandbox) = super::open_sandbox(&cfg, &args.project).await?;
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;
+    let warnings = sandbox.check_git();
     sandbox.shutdown().await?;
+    for w in warnings {
+        eprintln!("agentbox: WARNING: {w}");
+    }
     let out = result?;
 
     let mut stdout = std::io::stdout().lock();

@@ -37,7 +37,8 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     let (result, attempts) = session.work(task).await;
     let mut report = session.report(&result).await;
     report.attempts = attempts;
-    session.finish_isolated(&mut report).await;
+    // Its failure is already in the report (a warning, or the apply error).
+    let _ = session.finish_isolated(&mut report).await;
     events.emit(&Event::Finished { report: &report });
     session.close().await;
     Ok(report)

@@ -18,11 +18,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::baseline;
 use crate::config::{AgentSettings, IsolateSettings, UsageError};
 use crate::events::{EventSink, Fanout, Redactor, TrajectoryWriter};
 use crate::report::Outcome;
@@ -254,11 +253,19 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
     let (result, attempts) = session.work(&task.instruction).await;
     let mut report = session.report(&result).await;
     report.attempts = attempts;
+    // What changed, as the host tells it (the sandbox cannot hide a rewritten test).
+    let changes = session.finish_isolated(&mut report).await;
     events.emit(&crate::events::Event::Finished { report: &report });
-    let changes = baseline::changes(&session.sandbox, Duration::from_secs(60)).await;
     session.close().await;
     let (changed, changes_error) = match changes {
-        Ok(c) => (c.into_iter().map(|c| c.path).collect::<Vec<_>>(), None),
+        Ok(()) => (
+            report
+                .changed_files
+                .iter()
+                .map(|c| c.path.clone())
+                .collect::<Vec<_>>(),
+            None,
+        ),
         Err(e) => (Vec::new(), Some(e)),
     };
     let tests_changed =

@@ -358,8 +358,15 @@ async fn remove_container(docker: &Docker, id: &str) {
     }
 }
 
-/// Resolve a project directory into a bind mount, refusing what cannot be protected.
-pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
+/// A project directory, checked: it exists, is a directory, is not `/`, and its `.git` (if
+/// any) is not a symlink. `uid`/`gid` own it: the sandbox runs as them.
+pub struct ProjectDir {
+    pub path: std::path::PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub fn inspect_project(project: &Path) -> Result<ProjectDir, SandboxError> {
     let shown = project.display().to_string();
     let meta = match std::fs::metadata(project) {
         Ok(m) => m,
@@ -375,33 +382,60 @@ pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), San
     if !meta.is_dir() {
         return Err(SandboxError::ProjectNotDirectory(shown));
     }
-    let project = project
+    let path = project
         .canonicalize()
         .map_err(|e| SandboxError::Other(format!("cannot resolve {shown}: {e}")))?;
-    if project == Path::new("/") {
+    if path == Path::new("/") {
         return Err(SandboxError::Other("refusing to mount / as the project".into()));
     }
-    let git_path = project.join(".git");
-    let git = match std::fs::symlink_metadata(&git_path) {
-        // A link would make Docker mount whatever it points at on the host, read-only but
-        // visible; and left unmounted it could be replaced from inside. Neither is safe.
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(SandboxError::Other(format!(
-                "refusing to run: {} is a symbolic link, which agentbox cannot protect; \
-                 replace it with the directory it points to",
-                git_path.display()
-            )));
-        }
-        Ok(_) => Some(git_path),
-        Err(_) => None,
-    };
+    let git_path = path.join(".git");
+    // A link would make Docker mount whatever it points at on the host, read-only but
+    // visible; and left unmounted it could be replaced from inside. Neither is safe.
+    if std::fs::symlink_metadata(&git_path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(SandboxError::Other(format!(
+            "refusing to run: {} is a symbolic link, which agentbox cannot protect; \
+             replace it with the directory it points to",
+            git_path.display()
+        )));
+    }
+    Ok(ProjectDir {
+        path,
+        uid: meta.uid(),
+        gid: meta.gid(),
+    })
+}
+
+/// Resolve a project directory into a bind mount, refusing what cannot be protected: files
+/// hard-linked to files outside the project (a package manager's cache, say), which the sandbox
+/// could change through the link. Git metadata is mounted read-only wherever it is.
+pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
+    let dir = inspect_project(project)?;
+    let scan = super::hostscan::scan(&dir.path);
+    if !scan.linked_outside.is_empty() {
+        let examples: Vec<String> = scan
+            .linked_outside
+            .iter()
+            .take(3)
+            .map(|p| p.display().to_string())
+            .collect();
+        return Err(SandboxError::Other(format!(
+            "refusing to mount {}: {} file(s) are hard links to files outside it (e.g. {}); the sandbox \
+             could change those outside files through them. Use --isolate (the copy breaks the links), or \
+             replace the links with copies (uv: --link-mode=copy; pnpm: package-import-method=copy)",
+            dir.path.display(),
+            scan.linked_outside.len(),
+            examples.join(", ")
+        )));
+    }
+    let protected = super::hostscan::protected_paths(&dir.path, &scan);
     Ok((
         WorkspaceSource::Bind {
-            project: project.clone(),
-            git,
+            project: dir.path,
+            protected,
+            git_before: scan.git,
         },
-        meta.uid(),
-        meta.gid(),
+        dir.uid,
+        dir.gid,
     ))
 }
 
@@ -421,6 +455,8 @@ pub struct DockerSandbox {
     oom_seen: AtomicI64,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<String>,
+    /// A bind-mounted project's git entries at the start (see `hostscan`).
+    guard: Option<super::hostscan::GitGuard>,
 }
 
 impl DockerSandbox {
@@ -455,6 +491,12 @@ impl DockerSandbox {
             match (created, volume) {
                 (Ok(mut sb), volume) => {
                     sb.volume = volume;
+                    if let WorkspaceSource::Bind {
+                        project, git_before, ..
+                    } = &spec.workspace
+                    {
+                        sb.guard = Some(super::hostscan::GitGuard::start(project, git_before.clone()));
+                    }
                     Ok(sb)
                 }
                 (Err(e), Some(name)) => {
@@ -554,6 +596,7 @@ impl DockerSandbox {
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
                 volume: None,
+                guard: None,
             };
             if exec_mode == ExecMode::PerCall {
                 let n = sb.read_oom_kills().await;
@@ -567,6 +610,12 @@ impl DockerSandbox {
             remove_container(docker, &id).await;
         }
         result
+    }
+
+    /// For a bind-mounted project: move away git metadata the session planted, and say so.
+    /// Call after the last command (the sandbox must not be writing while the host looks).
+    pub fn check_git(&self) -> Vec<String> {
+        self.guard.as_ref().map(|g| g.finish()).unwrap_or_default()
     }
 
     fn user(&self) -> String {
@@ -854,6 +903,19 @@ impl Sandbox for DockerSandbox {
             }
         }
         Ok(data)
+    }
+
+    async fn archive_reader(
+        &self,
+        path: &str,
+    ) -> Result<Box<dyn tokio::io::AsyncRead + Send + Unpin>, SandboxError> {
+        self.check_open()?;
+        let opts = DownloadFromContainerOptionsBuilder::default().path(path).build();
+        let stream = self
+            .docker
+            .download_from_container(&self.info.container_id, Some(opts))
+            .map(|r| r.map_err(std::io::Error::other));
+        Ok(Box::new(tokio_util::io::StreamReader::new(Box::pin(stream))))
     }
 
     async fn shutdown(&self) -> Result<(), SandboxError> {

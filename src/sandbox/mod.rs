@@ -8,6 +8,7 @@ mod capture;
 mod docker;
 pub(crate) mod executor;
 pub mod gc;
+pub mod hostscan;
 mod policy;
 
 use std::time::Duration;
@@ -15,7 +16,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use capture::{Captured, HeadTail, human_bytes};
-pub use docker::{DockerSandbox, bind_workspace, connect_docker, docker_endpoint, remove_live_containers};
+pub use docker::{
+    DockerSandbox, ProjectDir, bind_workspace, connect_docker, docker_endpoint, inspect_project,
+    remove_live_containers,
+};
 pub use policy::{
     HARNESS_DIR, HOME, Limits, MainProcess, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size,
 };
@@ -229,6 +233,12 @@ pub trait Sandbox: Send + Sync {
 
     /// A tar archive of `path` inside the sandbox, refused past `max_bytes`.
     async fn get_archive(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SandboxError>;
+
+    /// The same archive as a stream, for reading a whole project without holding it.
+    async fn archive_reader(
+        &self,
+        path: &str,
+    ) -> Result<Box<dyn tokio::io::AsyncRead + Send + Unpin>, SandboxError>;
 
     /// Remove the sandbox. Idempotent; later calls to `exec` fail.
     async fn shutdown(&self) -> Result<(), SandboxError>;

@@ -90,7 +90,14 @@ const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-pyt
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceSource {
     /// The host directory itself, read-write, with its `.git` read-only on top.
-    Bind { project: PathBuf, git: Option<PathBuf> },
+    Bind {
+        project: PathBuf,
+        /// Paths (relative) mounted read-only on top: every git directory or `.git` file, and
+        /// what their configs name (a hooks path, an fsmonitor script...).
+        protected: Vec<PathBuf>,
+        /// The git entries found at the start, to tell planted ones at the end.
+        git_before: std::collections::BTreeSet<PathBuf>,
+    },
     /// A labelled Docker volume the project is copied into (`--isolate`): `seed` is a tar of
     /// the project, extracted into the volume before the sandbox starts.
     Volume { name: String, seed: PathBuf },
@@ -213,7 +220,9 @@ impl SandboxSpec {
         ]);
 
         let mounts = match &self.workspace {
-            WorkspaceSource::Bind { project, git } => {
+            WorkspaceSource::Bind {
+                project, protected, ..
+            } => {
                 let bind = |source: &PathBuf, target: String, read_only: bool| Mount {
                     target: Some(target),
                     source: Some(source.to_string_lossy().into_owned()),
@@ -227,9 +236,13 @@ impl SandboxSpec {
                     ..Default::default()
                 };
                 let mut m = vec![bind(project, WORKSPACE.to_string(), false)];
-                if let Some(git) = git {
-                    // Docker mounts parents first, so this lands on top of the workspace bind.
-                    m.push(bind(git, format!("{WORKSPACE}/.git"), true));
+                // Docker mounts parents first, so these land on top of the workspace bind.
+                for rel in protected {
+                    m.push(bind(
+                        &project.join(rel),
+                        format!("{WORKSPACE}/{}", rel.display()),
+                        true,
+                    ));
                 }
                 m
             }
@@ -332,7 +345,8 @@ mod tests {
             image: "agentbox/python:1".into(),
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
-                git: Some("/p/.git".into()),
+                protected: vec![".git".into(), "lib/sub/.git".into()],
+                git_before: Default::default(),
             },
             uid: 1000,
             gid: 1000,
@@ -385,7 +399,10 @@ mod tests {
         assert_eq!(hc.memory, hc.memory_swap);
         assert!(hc.binds.is_none());
         let mounts = hc.mounts.unwrap();
-        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts.len(), 3);
+        assert_eq!(mounts[2].target.as_deref(), Some("/workspace/lib/sub/.git"));
+        assert_eq!(mounts[2].source.as_deref(), Some("/p/lib/sub/.git"));
+        assert_eq!(mounts[2].read_only, Some(true));
         assert_eq!(mounts[0].target.as_deref(), Some("/workspace"));
         assert_eq!(mounts[0].read_only, Some(false));
         assert_eq!(mounts[1].target.as_deref(), Some("/workspace/.git"));
