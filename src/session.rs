@@ -311,7 +311,10 @@ impl Session {
                 output_tail: String::new(),
             }
         };
-        let (diff, diff_error) = if sandbox_alive {
+        let (diff, diff_error) = if self.isolation.is_some() {
+            // `finish_isolated` gives the host's own account instead.
+            (None, None)
+        } else if sandbox_alive {
             match self.diff().await {
                 Ok(d) => (Some(d), None),
                 Err(e) => (None, Some(e)),
