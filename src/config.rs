@@ -358,3 +358,76 @@ impl AgentSettings {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_settings(args: &[&str]) -> AgentSettings {
+        let mut argv = vec![
+            "agentbox",
+            "run",
+            "--provider",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:1/v1",
+        ];
+        argv.extend_from_slice(args);
+        argv.push("project");
+        let Command::Run(run) = Cli::parse_from(argv).command else {
+            panic!()
+        };
+        AgentSettings::from_args(&run.agent).unwrap()
+    }
+
+    #[test]
+    fn small_model_turns_on_every_aid_and_keeps_explicit_values() {
+        let plain = run_settings(&[]);
+        assert_eq!(plain.aids, Aids::default());
+        assert!(plain.shell);
+        let small = run_settings(&["--small-model"]);
+        assert_eq!(small.model.tool_choice, ToolChoice::Required);
+        assert_eq!(small.model.temperature, Some(0.0));
+        assert!(!small.shell);
+        assert!(small.aids.prime && small.aids.protect_tests && small.aids.no_repeat);
+        assert_eq!((small.aids.verify_finish, small.aids.attempts), (2, 3));
+        let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
+        assert_eq!(tuned.aids.attempts, 1);
+        assert_eq!(tuned.model.temperature, Some(0.2));
+    }
+
+    #[test]
+    fn bad_model_settings_are_usage_errors() {
+        let Command::Run(run) = Cli::parse_from(["agentbox", "run", "--provider", "scripted", "p"]).command
+        else {
+            panic!()
+        };
+        assert!(
+            AgentSettings::from_args(&run.agent)
+                .unwrap_err()
+                .0
+                .contains("needs --script")
+        );
+        let Command::Run(run) = Cli::parse_from([
+            "agentbox",
+            "run",
+            "--provider",
+            "openai",
+            "--base-url",
+            "ftp://x",
+            "p",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        assert!(
+            AgentSettings::from_args(&run.agent)
+                .unwrap_err()
+                .0
+                .contains("must start with http")
+        );
+    }
+}
