@@ -202,9 +202,10 @@ pub struct ModelArgs {
     #[arg(long, value_name = "T")]
     pub temperature: Option<f32>,
 
-    /// Most tokens in one model reply.
-    #[arg(long, value_name = "N", default_value_t = 8192)]
-    pub max_tokens: u32,
+    /// Most tokens in one model reply [default: 8192; 1024 with --small-model, whose runaway
+    /// replies would otherwise take minutes].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
+    pub max_tokens: Option<u32>,
 
     /// Seconds to wait for one model reply before retrying.
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
@@ -273,8 +274,8 @@ pub struct AgentArgs {
     pub retry_temperature: f32,
 
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
-    /// --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3 (each can still be
-    /// set otherwise).
+    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3
+    /// (each can still be set otherwise).
     #[arg(long)]
     pub small_model: bool,
 }

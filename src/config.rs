@@ -227,7 +227,7 @@ impl ModelConfig {
             tool_choice: args.tool_choice,
             tool_protocol: args.tool_protocol,
             temperature: args.temperature,
-            max_tokens: args.max_tokens,
+            max_tokens: args.max_tokens.unwrap_or(8192),
             request_timeout: Duration::from_secs(args.request_timeout),
             max_retries: args.max_retries,
         })
@@ -330,6 +330,7 @@ impl AgentSettings {
             // The preset fills what was left at its default.
             args.model.tool_choice = crate::model::ToolChoice::Required;
             args.model.temperature.get_or_insert(0.0);
+            args.model.max_tokens.get_or_insert(1024);
             args.no_shell = true;
         }
         let args = &args;
@@ -393,6 +394,7 @@ mod tests {
         assert!(!small.shell);
         assert!(small.aids.prime && small.aids.protect_tests && small.aids.no_repeat);
         assert_eq!((small.aids.verify_finish, small.aids.attempts), (2, 3));
+        assert_eq!((plain.model.max_tokens, small.model.max_tokens), (8192, 1024));
         let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
         assert_eq!(tuned.aids.attempts, 1);
         assert_eq!(tuned.model.temperature, Some(0.2));
