@@ -108,7 +108,7 @@ pub enum FsError {
          project root and must stay inside it"
     )]
     Outside { path: String, resolved: String },
-    #[error("{0}: no such file or directory")]
+    #[error("{0}: no such file or directory (list_files shows what exists)")]
     NotFound(String),
     #[error("{0}: is a directory")]
     IsDirectory(String),

@@ -228,3 +228,35 @@ async fn a_failed_attempt_is_undone_and_the_next_starts_fresh() {
         Some(7.0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_errors_point_at_what_to_do() {
+    let p = project();
+    let same = "text.split(\" \")";
+    let out = run(
+        &p,
+        json!([
+            {"tool_calls": [
+                {"name": "edit_file", "arguments": {"path": "src/main.py", "old": "x", "new": "x"}},
+                {"name": "edit_file", "arguments": {"path": "counter.py", "old": "return len(text.split(' '))", "new": "return len(text.split(' '))"}},
+                {"name": "edit_file", "arguments": {"path": "counter.py", "old": same, "new": same}}
+            ]},
+            {"text": "done"}
+        ]),
+        &[],
+    )
+    .await;
+    let r = out.results();
+    assert!(
+        r[0].0
+            .contains("src/main.py: no such file or directory (list_files shows what exists)"),
+        "{}",
+        r[0].0
+    );
+    assert!(
+        r[1].0.contains("found 0 times") && r[1].0.contains("closest text in the file is at line 3"),
+        "{}",
+        r[1].0
+    );
+    assert!(r[2].0.starts_with("`old` and `new` are the same"), "{}", r[2].0);
+}

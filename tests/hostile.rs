@@ -104,7 +104,9 @@ fn spawn_run(project: &Project, turns: Value, args: &[&str], env: &[(&str, &str)
     std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
     let trajectory = dir.path().join("trajectory.jsonl");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
-    cmd.arg("run")
+    // From the run's own directory: an --isolate patch lands there, not in the repository.
+    cmd.current_dir(dir.path())
+        .arg("run")
         .arg("--json")
         .arg("--script")
         .arg(&script)

@@ -79,11 +79,8 @@ impl Tool for EditFile {
                 Err(e) => Err(e.into()),
             };
         }
-        if args.old == args.new {
-            return Err(ToolError::RespondToModel(
-                "`old` and `new` are the same: nothing to change".into(),
-            ));
-        }
+        // The file and the match come first: "old and new are the same" is no help when the
+        // file does not exist or `old` is not in it (a small model's usual case).
         let file = ws.read(&args.path, s.max_file_bytes).await?;
         if !file.complete() {
             return Err(ToolError::RespondToModel(format!(
@@ -106,6 +103,11 @@ impl Tool for EditFile {
             )));
         };
         let at = find_exactly_once(&text, &args.old, &args.path).map_err(ToolError::RespondToModel)?;
+        if args.old == args.new {
+            return Err(ToolError::RespondToModel(
+                "`old` and `new` are the same: nothing would change. Put the corrected text in `new`.".into(),
+            ));
+        }
         let mut updated = String::with_capacity(text.len() + args.new.len());
         updated.push_str(&text[..at]);
         updated.push_str(&args.new);
@@ -166,12 +168,13 @@ pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, Str
         [] => {
             let hint = if text.contains(old.trim()) && !old.trim().is_empty() {
                 " (it does appear once leading/trailing whitespace is ignored: check the indentation)"
+                    .to_string()
             } else {
-                ""
+                closest_line(text, old).unwrap_or_default()
             };
             Err(format!(
-                "`old` was found 0 times in {path}{hint}. It must match the file exactly, including \
-                 whitespace; read the file again and copy the text."
+                "`old` was found 0 times in {path}. It must match the file exactly, including \
+                 whitespace and quotes; copy it from read_file's output (without the line numbers).{hint}"
             ))
         }
         many => {
@@ -192,6 +195,43 @@ pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, Str
             ))
         }
     }
+}
+
+/// Where the file has something like the first line of `old`: models that copy code drop a
+/// docstring or swap quote characters, and then need to see the file's own line.
+fn closest_line(text: &str, old: &str) -> Option<String> {
+    let norm = |l: &str| {
+        l.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace('\'', "\"")
+    };
+    let want = norm(old.lines().find(|l| !l.trim().is_empty())?);
+    if want.len() < 4 {
+        return None;
+    }
+    let (n, ratio) = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            (
+                i,
+                similar::TextDiff::from_chars(want.as_str(), norm(l).as_str()).ratio(),
+            )
+        })
+        .max_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal))?;
+    if ratio < 0.6 {
+        return None;
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let shown: Vec<String> = (n.saturating_sub(1)..(n + 3).min(lines.len()))
+        .map(|i| format!("{:>6}\t{}", i + 1, lines[i]))
+        .collect();
+    Some(format!(
+        "\nThe closest text in the file is at line {}:\n{}",
+        n + 1,
+        shown.join("\n")
+    ))
 }
 
 fn line_of(text: &str, byte: usize) -> usize {
@@ -240,6 +280,13 @@ mod tests {
         );
         let ws = find_exactly_once("    return x\n", "  return x  ", "f").unwrap_err();
         assert!(ws.contains("check the indentation"), "{ws}");
+        let quotes = find_exactly_once(
+            "a = 1\n    counts[entry[\"status\"]] += 1\nb = 2\n",
+            "counts[entry['status']] += 1",
+            "f",
+        )
+        .unwrap_err();
+        assert!(quotes.contains("closest text in the file is at line 2:\n     1\ta = 1\n     2\t    counts[entry[\"status\"]] += 1"), "{quotes}");
         assert_eq!(find_exactly_once("é = 1; é = 2", "é = 2", "f"), Ok(8));
     }
 

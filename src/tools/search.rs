@@ -32,7 +32,7 @@ impl Tool for Search {
         json!({
             "type": "object",
             "properties": {
-                "pattern": {"type": "string", "description": "Regular expression, e.g. \"def total\""},
+                "pattern": {"type": "string", "description": "A regular expression (ripgrep syntax)"},
                 "path": {"type": "string", "description": "File or directory to search, relative to the project root; default \".\""}
             },
             "required": ["pattern"]
