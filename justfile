@@ -46,8 +46,10 @@ local-model:
     scripts/serve-local-model
 
 # A real model fixes the example tasks in the sandbox (needs `just local-model`); prints the table.
+# One attempt per task by default (about 6 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is
+# the --small-model preset's full retry budget, up to three times as long.
 test-llm: image
     {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \
-        --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 --jobs 1 \
-        --out eval-results/local-model --force || true
+        --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 \
+        --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force || true
     cat eval-results/local-model/summary.md

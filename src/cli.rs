@@ -259,6 +259,11 @@ pub struct AgentArgs {
     #[arg(long)]
     pub no_repeat: bool,
 
+    /// With --no-repeat: when every call of a reply repeats an earlier one, ask the model
+    /// again at --retry-temperature, up to N times, before answering "not run" [default: 0].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub resample_repeats: Option<u32>,
+
     /// When the model says it is done but the tests fail, send it back with the failure, up to
     /// N times [default: 0].
     #[arg(long, value_name = "N")]
@@ -274,8 +279,8 @@ pub struct AgentArgs {
     pub retry_temperature: f32,
 
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
-    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3
-    /// (each can still be set otherwise).
+    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --resample-repeats 2,
+    /// --verify-finish 2, --attempts 3 (each can still be set otherwise).
     #[arg(long)]
     pub small_model: bool,
 }

@@ -300,6 +300,7 @@ pub struct Aids {
     pub prime: bool,
     pub protect_tests: bool,
     pub no_repeat: bool,
+    pub resample_repeats: u32,
     pub verify_finish: u32,
     pub attempts: u32,
     pub retry_temperature: f32,
@@ -311,6 +312,7 @@ impl Default for Aids {
             prime: false,
             protect_tests: false,
             no_repeat: false,
+            resample_repeats: 0,
             verify_finish: 0,
             attempts: 1,
             retry_temperature: 0.7,
@@ -334,6 +336,11 @@ impl AgentSettings {
             args.no_shell = true;
         }
         let args = &args;
+        if args.resample_repeats.is_some_and(|n| n > 0) && !(args.no_repeat || small) {
+            return Err(UsageError(
+                "--resample-repeats needs --no-repeat (it is what notices a repeat)".into(),
+            ));
+        }
         if let Some(cmd) = &args.test_cmd
             && cmd.trim().is_empty()
         {
@@ -352,6 +359,7 @@ impl AgentSettings {
                 prime: args.prime || small,
                 protect_tests: args.protect_tests || small,
                 no_repeat: args.no_repeat || small,
+                resample_repeats: args.resample_repeats.unwrap_or(if small { 2 } else { 0 }),
                 verify_finish: args.verify_finish.unwrap_or(if small { 2 } else { 0 }),
                 attempts: args.attempts.unwrap_or(if small { 3 } else { 1 }),
                 retry_temperature: args.retry_temperature,
@@ -394,10 +402,36 @@ mod tests {
         assert!(!small.shell);
         assert!(small.aids.prime && small.aids.protect_tests && small.aids.no_repeat);
         assert_eq!((small.aids.verify_finish, small.aids.attempts), (2, 3));
+        assert_eq!(small.aids.resample_repeats, 2);
         assert_eq!((plain.model.max_tokens, small.model.max_tokens), (8192, 1024));
         let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
         assert_eq!(tuned.aids.attempts, 1);
         assert_eq!(tuned.model.temperature, Some(0.2));
+    }
+
+    #[test]
+    fn resampling_repeats_needs_the_repeat_guard() {
+        let Command::Run(run) = Cli::parse_from([
+            "agentbox",
+            "run",
+            "--script",
+            "s.json",
+            "--resample-repeats",
+            "2",
+            "p",
+        ])
+        .command
+        else {
+            panic!()
+        };
+        let err = AgentSettings::from_args(&run.agent).unwrap_err();
+        assert!(err.0.contains("--no-repeat"), "{}", err.0);
+        assert_eq!(
+            run_settings(&["--no-repeat", "--resample-repeats", "1"])
+                .aids
+                .resample_repeats,
+            1
+        );
     }
 
     #[test]

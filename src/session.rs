@@ -162,6 +162,8 @@ impl Session {
                 temperature: settings.model.temperature,
                 max_tokens: settings.model.max_tokens,
                 repeat_guard: settings.aids.no_repeat,
+                resample_repeats: settings.aids.resample_repeats,
+                resample_temperature: settings.aids.retry_temperature,
                 verify_finish: settings.aids.verify_finish,
                 ..Default::default()
             },

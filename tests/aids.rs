@@ -121,6 +121,50 @@ async fn an_identical_call_with_nothing_changed_is_not_run_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_call_is_asked_again_hotter_before_it_costs_a_step() {
+    let p = project();
+    let read = json!({"name": "read_file", "arguments": {"path": "counter.py"}});
+    let list = json!({"name": "list_files", "arguments": {}});
+    // The scripted model answers each request with its next turn: the two repeats of the read
+    // are consumed by the two resamples, and the list comes from the second of them.
+    let out = run(
+        &p,
+        json!([
+            {"tool_calls": [read.clone()]},
+            {"tool_calls": [read.clone()]},
+            {"tool_calls": [read.clone()]},
+            {"tool_calls": [list]},
+            {"tool_calls": [read.clone()]},
+            {"tool_calls": [read.clone()]},
+            {"tool_calls": [read.clone()]},
+            {"text": "done"}
+        ]),
+        &["--no-repeat", "--resample-repeats", "2", "--temperature", "0"],
+    )
+    .await;
+    let r = out.results();
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert!(!r[0].1 && !r[1].1, "{r:?}");
+    assert!(r[1].0.contains("counter.py"), "the list ran: {:?}", r[1]);
+    // Step 3: the read repeats three times (one reply, two resamples): now it is answered.
+    assert!(r[2].1 && r[2].0.starts_with("not run:"), "{:?}", r[2]);
+    // Tenths: the temperature is an f32, recorded as a JSON number.
+    let temps: Vec<i64> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .map(|e| (e["request"]["temperature"].as_f64().unwrap() * 10.0).round() as i64)
+        .collect();
+    assert_eq!(
+        temps,
+        [0, 0, 7, 7, 0, 7, 7, 0],
+        "resamples are hotter, the next step is not"
+    );
+    assert_eq!(out.report["steps"], 4, "resamples are not steps: {}", out.report);
+    assert_eq!(out.code, Some(1), "the bug is still there: {}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finishing_with_failing_tests_is_sent_back() {
     let p = project();
     let out = run(

@@ -37,6 +37,12 @@ pub struct AgentConfig {
     /// When the model says it is done but agentbox's own test run fails, send it back with
     /// the failure, this many times (`--verify-finish N`).
     pub verify_finish: u32,
+    /// With the repeat guard: when every call of a reply repeats an earlier one, ask again at
+    /// `resample_temperature` up to this many times before answering "not run"
+    /// (`--resample-repeats N`). At temperature 0 a small model answers "not run" with the
+    /// same call again, step after step; only a different sample gets it out.
+    pub resample_repeats: u32,
+    pub resample_temperature: f32,
 }
 
 impl Default for AgentConfig {
@@ -49,6 +55,8 @@ impl Default for AgentConfig {
             max_calls_per_turn: 64,
             repeat_guard: false,
             verify_finish: 0,
+            resample_repeats: 0,
+            resample_temperature: 0.7,
         }
     }
 }
@@ -104,33 +112,40 @@ impl Agent<'_> {
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
             };
-            self.events.emit(&Event::ModelRequest {
-                step,
-                request: &request,
-            });
-            let started = Instant::now();
-            let turn = match self
-                .model
-                .complete(&request)
-                .instrument(info_span!("model", step))
-                .await
-            {
+            let mut turn = match self.ask(step, &request, &mut usage).await {
                 Ok(t) => t,
                 Err(e) => {
                     return LoopResult {
-                        stop: Stop::Fatal(e.to_string()),
+                        stop: Stop::Fatal(e),
                         steps: step,
                         usage,
                     };
                 }
             };
-            usage.add(&turn.usage);
-            self.events.emit(&Event::ModelResponse {
-                step,
-                turn: &turn,
-                elapsed_ms: started.elapsed().as_millis() as u64,
-                estimated_usage: self.model.estimated_usage(),
-            });
+            let mut resampled = 0;
+            while resampled < self.config.resample_repeats && self.only_repeats(&turn, &state) {
+                resampled += 1;
+                self.events.emit(&Event::Note {
+                    message: format!(
+                        "the model repeated a call with nothing changed since; asking again at temperature {} ({resampled} of {})",
+                        self.config.resample_temperature, self.config.resample_repeats
+                    ),
+                });
+                let again = Request {
+                    temperature: Some(self.config.resample_temperature),
+                    ..request.clone()
+                };
+                turn = match self.ask(step, &again, &mut usage).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        return LoopResult {
+                            stop: Stop::Fatal(e),
+                            steps: step,
+                            usage,
+                        };
+                    }
+                };
+            }
             let calls = turn.tool_calls();
             messages.push(Message::assistant(turn.content.clone()));
 
@@ -215,6 +230,44 @@ impl Agent<'_> {
             steps: self.config.max_steps,
             usage,
         }
+    }
+
+    /// One model turn, recorded; its usage added to `usage`.
+    async fn ask(
+        &self,
+        step: u32,
+        request: &Request,
+        usage: &mut Usage,
+    ) -> Result<crate::model::Turn, String> {
+        self.events.emit(&Event::ModelRequest { step, request });
+        let started = Instant::now();
+        let turn = self
+            .model
+            .complete(request)
+            .instrument(info_span!("model", step))
+            .await
+            .map_err(|e| e.to_string())?;
+        usage.add(&turn.usage);
+        self.events.emit(&Event::ModelResponse {
+            step,
+            turn: &turn,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+            estimated_usage: self.model.estimated_usage(),
+        });
+        Ok(turn)
+    }
+
+    /// With the repeat guard on: the reply has calls, and each repeats one already answered
+    /// with nothing changed since.
+    fn only_repeats(&self, turn: &crate::model::Turn, state: &LoopState) -> bool {
+        let calls = turn.tool_calls();
+        self.config.repeat_guard
+            && !calls.is_empty()
+            && calls.iter().all(|c| {
+                state
+                    .seen
+                    .contains_key(&(c.name.clone(), c.arguments.to_json_text()))
+            })
     }
 
     /// One tool call, with the guards: a repeat of an earlier call with nothing changed since
