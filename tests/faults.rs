@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::model_server::{ModelServer, Reply, anthropic_turn};
+use support::model_server::{ModelServer, Reply, anthropic_turn, openai_turn};
 use support::*;
 
 const KEY: &str = "sk-ant-faults-sentinel-5e0a";
@@ -157,6 +157,69 @@ async fn overloaded_and_server_errors_back_off_then_succeed() {
     assert!(out.stderr.contains("retry 1 in"), "{}", out.stderr);
     assert_eq!(server.requests().len(), 4);
     assert_eq!(project.read("count.txt"), "ran\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_the_server_cannot_parse_goes_back_to_the_model_without_retries() {
+    // llama.cpp's server answers 500 when the model's own tool call is not valid JSON (a reply
+    // cut off at max_tokens, or looping): the same request would only produce it again.
+    let llama_500 = json!({"error": {"code": 500, "type": "server_error",
+        "message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 4940: syntax error while parsing value - invalid string: missing closing quote"}});
+    let project = Project::new(&[("a.py", "x = 1\n")]);
+    let server = ModelServer::start(vec![
+        Reply::status(500, llama_500),
+        Reply::ok(openai_turn(
+            "",
+            &[("bash", json!({"command": "echo ran >> count.txt"}))],
+        )),
+        Reply::ok(openai_turn("done", &[])),
+    ])
+    .await;
+    let url = server.openai_url();
+    let out = run_agentbox(
+        &project,
+        &[
+            "--provider",
+            "openai",
+            "--base-url",
+            url.as_str(),
+            "--model",
+            "local",
+        ],
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(retries(&out).is_empty(), "not retried: {:?}", retries(&out));
+    assert!(
+        out.stderr
+            .contains("could not read the model's reply as a tool call"),
+        "{}",
+        out.stderr
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3);
+    let told = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(told["role"], "user");
+    assert!(
+        told["content"]
+            .to_string()
+            .contains("could not be read as a tool call"),
+        "{told}"
+    );
+    assert_eq!(project.read("count.txt"), "ran\n", "the loop went on");
+    let steps = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .count();
+    assert_eq!(steps, 3, "the unreadable reply cost one step");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,10 @@ fn fault(name: &str) -> bool {
     std::env::var("AGENTBOX_FAULT").is_ok_and(|v| v == name)
 }
 
+/// What the model is told when the server could not read its reply as a tool call.
+const UNPARSABLE_REPLY: &str = "Your last reply could not be read as a tool call: it was probably cut off at the \
+     reply length limit, or it repeated itself. Make one tool call, with short arguments.";
+
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub max_steps: u32,
@@ -113,7 +117,11 @@ impl Agent<'_> {
                 max_tokens: self.config.max_tokens,
             };
             let mut turn = match self.ask(step, &request, &mut usage).await {
-                Ok(t) => t,
+                Ok(Some(t)) => t,
+                Ok(None) => {
+                    messages.push(Message::user_text(UNPARSABLE_REPLY));
+                    continue;
+                }
                 Err(e) => {
                     return LoopResult {
                         stop: Stop::Fatal(e),
@@ -136,7 +144,9 @@ impl Agent<'_> {
                     ..request.clone()
                 };
                 turn = match self.ask(step, &again, &mut usage).await {
-                    Ok(t) => t,
+                    Ok(Some(t)) => t,
+                    // Keep the repeat: it is answered "not run" below.
+                    Ok(None) => break,
                     Err(e) => {
                         return LoopResult {
                             stop: Stop::Fatal(e),
@@ -232,21 +242,31 @@ impl Agent<'_> {
         }
     }
 
-    /// One model turn, recorded; its usage added to `usage`.
+    /// One model turn, recorded; its usage added to `usage`. `None` when the server could not
+    /// read the model's reply as a tool call: the model gets to try again, as a step.
     async fn ask(
         &self,
         step: u32,
         request: &Request,
         usage: &mut Usage,
-    ) -> Result<crate::model::Turn, String> {
+    ) -> Result<Option<crate::model::Turn>, String> {
         self.events.emit(&Event::ModelRequest { step, request });
         let started = Instant::now();
-        let turn = self
+        let turn = match self
             .model
             .complete(request)
             .instrument(info_span!("model", step))
             .await
-            .map_err(|e| e.to_string())?;
+        {
+            Ok(t) => t,
+            Err(e @ crate::model::ModelError::UnparsableReply { .. }) => {
+                self.events.emit(&Event::Note {
+                    message: format!("{e}; telling the model"),
+                });
+                return Ok(None);
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         usage.add(&turn.usage);
         self.events.emit(&Event::ModelResponse {
             step,
@@ -254,7 +274,7 @@ impl Agent<'_> {
             elapsed_ms: started.elapsed().as_millis() as u64,
             estimated_usage: self.model.estimated_usage(),
         });
-        Ok(turn)
+        Ok(Some(turn))
     }
 
     /// With the repeat guard on: the reply has calls, and each repeats one already answered

@@ -251,6 +251,12 @@ pub enum ModelError {
     },
     #[error("{provider} sent a response agentbox cannot read: {message}")]
     BadResponse { provider: &'static str, message: String },
+    /// The server could not turn the model's own output into a tool call (llama.cpp answers
+    /// 500 "Failed to parse tool call arguments as JSON" when a reply is cut off at the token
+    /// limit or loops). Asking again with the same request gives the same output: the loop
+    /// tells the model instead.
+    #[error("{provider} could not read the model's reply as a tool call: {message}")]
+    UnparsableReply { provider: &'static str, message: String },
     #[error("{0}")]
     Script(String),
     #[error("model configuration: {0}")]

@@ -116,6 +116,12 @@ pub fn error_message(body: &[u8]) -> String {
     }
 }
 
+/// The error message of a server that generated a reply but could not parse the model's tool
+/// call out of it (llama.cpp's server, whatever the status).
+fn unparsable_reply(message: &str) -> bool {
+    message.contains("Failed to parse tool call")
+}
+
 /// POST `body` to `url`, retrying per `policy`; returns the successful response's body.
 pub async fn post_json(
     provider: &'static str,
@@ -151,6 +157,9 @@ pub async fn post_json(
                                     status,
                                     message,
                                 });
+                            }
+                            _ if unparsable_reply(&message) => {
+                                return Err(ModelError::UnparsableReply { provider, message });
                             }
                             s if !retryable_status(s) => {
                                 return Err(ModelError::BadRequest {
