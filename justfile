@@ -46,7 +46,7 @@ local-model:
     scripts/serve-local-model
 
 # A real model fixes the example tasks in the sandbox (needs `just local-model`); prints the table.
-# One attempt per task by default (about 6 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is
+# One attempt per task by default (3 to 30 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is
 # the --small-model preset's full retry budget, up to three times as long.
 test-llm: image
     {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \

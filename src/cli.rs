@@ -279,8 +279,8 @@ pub struct AgentArgs {
     pub retry_temperature: f32,
 
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
-    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --resample-repeats 2,
-    /// --verify-finish 2, --attempts 3 (each can still be set otherwise).
+    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3
+    /// (each can still be set otherwise).
     #[arg(long)]
     pub small_model: bool,
 }

@@ -539,6 +539,7 @@ impl DockerSandbox {
             _ => SandboxError::docker("create container", e),
         })?;
         let id = created_container.id;
+        debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
         live()
             .lock()
             .expect("live lock")
