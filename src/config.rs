@@ -393,6 +393,15 @@ mod tests {
         AgentSettings::from_args(&run.agent).unwrap()
     }
 
+    /// The usage error of `agentbox run ARGS... p`.
+    fn settings_error(args: &[&str]) -> String {
+        let argv = ["agentbox", "run"].iter().chain(args).chain(&["p"]);
+        let Command::Run(run) = Cli::parse_from(argv).command else {
+            panic!()
+        };
+        AgentSettings::from_args(&run.agent).unwrap_err().0
+    }
+
     #[test]
     fn small_model_turns_on_every_aid_and_keeps_explicit_values() {
         let plain = run_settings(&[]);
@@ -413,21 +422,8 @@ mod tests {
 
     #[test]
     fn resampling_repeats_needs_the_repeat_guard() {
-        let Command::Run(run) = Cli::parse_from([
-            "agentbox",
-            "run",
-            "--script",
-            "s.json",
-            "--resample-repeats",
-            "2",
-            "p",
-        ])
-        .command
-        else {
-            panic!()
-        };
-        let err = AgentSettings::from_args(&run.agent).unwrap_err();
-        assert!(err.0.contains("--no-repeat"), "{}", err.0);
+        let err = settings_error(&["--script", "s.json", "--resample-repeats", "2"]);
+        assert!(err.contains("--no-repeat"), "{err}");
         assert_eq!(
             run_settings(&["--no-repeat", "--resample-repeats", "1"])
                 .aids
@@ -438,33 +434,9 @@ mod tests {
 
     #[test]
     fn bad_model_settings_are_usage_errors() {
-        let Command::Run(run) = Cli::parse_from(["agentbox", "run", "--provider", "scripted", "p"]).command
-        else {
-            panic!()
-        };
+        assert!(settings_error(&["--provider", "scripted"]).contains("needs --script"));
         assert!(
-            AgentSettings::from_args(&run.agent)
-                .unwrap_err()
-                .0
-                .contains("needs --script")
-        );
-        let Command::Run(run) = Cli::parse_from([
-            "agentbox",
-            "run",
-            "--provider",
-            "openai",
-            "--base-url",
-            "ftp://x",
-            "p",
-        ])
-        .command
-        else {
-            panic!()
-        };
-        assert!(
-            AgentSettings::from_args(&run.agent)
-                .unwrap_err()
-                .0
+            settings_error(&["--provider", "openai", "--base-url", "ftp://x"])
                 .contains("must start with http")
         );
     }

@@ -51,7 +51,6 @@ pub struct Session {
     pub agent_config: AgentConfig,
     aids: crate::config::Aids,
     baseline_error: Option<String>,
-    /// `.git` paths present at the start; any other found at the end was planted.
     isolation: Option<Isolation>,
     approver: Option<TerminalApprover>,
     started: Instant,
@@ -59,10 +58,10 @@ pub struct Session {
 
 /// The progress printer, plus the trajectory file when asked for.
 pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
-    let mut sinks: Vec<Box<dyn EventSink>> =
-        vec![Box::new(Printer::new(Redactor::new(settings.model.secrets())))];
+    let redactor = Redactor::new(settings.model.secrets());
+    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(Printer::new(redactor.clone()))];
     if let Some(path) = &settings.trajectory {
-        let writer = TrajectoryWriter::create(path, Redactor::new(settings.model.secrets()))
+        let writer = TrajectoryWriter::create(path, redactor)
             .map_err(|e| anyhow::anyhow!("cannot write the trajectory {}: {e}", path.display()))?;
         sinks.push(Box::new(writer));
     }
@@ -112,7 +111,6 @@ impl Session {
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();
-
         let test_command = match &settings.test_cmd {
             Some(cmd) => Some(cmd.clone()),
             None => {
@@ -169,7 +167,6 @@ impl Session {
             },
             aids: settings.aids.clone(),
             baseline_error,
-
             isolation,
             approver: settings.approve.then_some(TerminalApprover),
             started: Instant::now(),
@@ -427,16 +424,14 @@ impl Session {
         }
         if iso.settings.apply {
             let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
-            let applied =
-                tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &changes)).await;
+            let applied = tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &changes))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
             match applied {
-                Ok(Ok(a)) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
-                Ok(Err(e)) => {
-                    report.apply_error = Some(e.to_string());
-                    report.exit_code = crate::report::exit::ERROR;
-                }
+                Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
                 Err(e) => {
-                    report.apply_error = Some(e.to_string());
+                    report.apply_error = Some(e);
                     report.exit_code = crate::report::exit::ERROR;
                 }
             }

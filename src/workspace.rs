@@ -52,15 +52,19 @@ chmod "$mode" -- "$t" || { rm -f -- "$t"; exit 97; }
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 97; }
 "#;
 
-/// Directories that are never worth listing or searching: VCS data, caches, build output.
-pub const SKIPPED_DIRS: &[&str] = &[
-    ".git",
+/// Caches that tools rewrite at will: left out of the change snapshot and never brought back
+/// out of an isolated sandbox; nor listed or searched (`skipped_dirs`).
+pub const CACHE_DIRS: &[&str] = &[
     "__pycache__",
     ".pytest_cache",
     ".mypy_cache",
     ".ruff_cache",
     ".tox",
     ".nox",
+];
+
+/// Besides `.git` and the caches: environments, dependencies, build output, editor state.
+const OTHER_SKIPPED_DIRS: &[&str] = &[
     ".venv",
     "venv",
     "node_modules",
@@ -175,16 +179,22 @@ pub struct Workspace<'a> {
     timeout: Duration,
 }
 
+/// Directories that are never worth listing or searching: VCS data, caches, build output.
+fn skipped_dirs() -> impl Iterator<Item = &'static str> {
+    std::iter::once(".git")
+        .chain(CACHE_DIRS.iter().copied())
+        .chain(OTHER_SKIPPED_DIRS.iter().copied())
+}
+
 fn globs() -> String {
-    SKIPPED_DIRS
-        .iter()
+    skipped_dirs()
         .map(|d| format!("-g '!{d}'"))
         .collect::<Vec<_>>()
         .join(" ")
 }
 
 fn prune() -> String {
-    let names: Vec<String> = SKIPPED_DIRS.iter().map(|d| format!("-name '{d}'")).collect();
+    let names: Vec<String> = skipped_dirs().map(|d| format!("-name '{d}'")).collect();
     format!("-type d \\( {} \\) -prune -o", names.join(" -o "))
 }
 

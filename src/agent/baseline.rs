@@ -11,17 +11,7 @@ use std::time::Duration;
 
 use crate::report::ChangedFile;
 use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
-
-/// Left out of the snapshot besides what `.gitignore` says: caches that tools rewrite at will.
-/// Build output is usually ignored by the project itself; when it is not, it is the project's.
-const DIFF_EXCLUDES: &[&str] = &[
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".tox",
-    ".nox",
-];
+use crate::workspace::CACHE_DIRS;
 
 fn env_prefix() -> String {
     format!(
@@ -31,7 +21,9 @@ fn env_prefix() -> String {
 }
 
 fn snapshot_script() -> String {
-    let excludes: Vec<String> = DIFF_EXCLUDES.iter().map(|d| format!("'{d}/'")).collect();
+    // Left out besides what `.gitignore` says. Build output is usually ignored by the project
+    // itself; when it is not, it is the project's.
+    let excludes: Vec<String> = CACHE_DIRS.iter().map(|d| format!("'{d}/'")).collect();
     format!(
         r#"set -e
 {env}rm -rf "$GIT_DIR"

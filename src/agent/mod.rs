@@ -89,6 +89,11 @@ pub struct Agent<'a> {
     pub system: String,
 }
 
+/// What makes two calls the same call, for the repeat guard.
+fn call_key(call: &ToolCall) -> (String, String) {
+    (call.name.clone(), call.arguments.to_json_text())
+}
+
 /// What the loop remembers between tool calls.
 struct LoopState {
     /// Verifications left for `verify_finish`.
@@ -283,11 +288,7 @@ impl Agent<'_> {
         let calls = turn.tool_calls();
         self.config.repeat_guard
             && !calls.is_empty()
-            && calls.iter().all(|c| {
-                state
-                    .seen
-                    .contains_key(&(c.name.clone(), c.arguments.to_json_text()))
-            })
+            && calls.iter().all(|c| state.seen.contains_key(&call_key(c)))
     }
 
     /// One tool call, with the guards: a repeat of an earlier call with nothing changed since
@@ -295,7 +296,7 @@ impl Agent<'_> {
     async fn run_call(&self, step: u32, call: &ToolCall, state: &mut LoopState) -> Dispatched {
         self.events.emit(&Event::ToolStarted { step, call });
         let t0 = Instant::now();
-        let key = (call.name.clone(), call.arguments.to_json_text());
+        let key = call_key(call);
         let repeated = if self.config.repeat_guard {
             state.seen.get(&key).cloned()
         } else {

@@ -11,6 +11,8 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::workspace::CACHE_DIRS;
+
 #[derive(Debug, thiserror::Error)]
 pub enum IsolateError {
     #[error("cannot read {path}: {source}")]
@@ -174,16 +176,6 @@ pub enum Content {
     File { data: Vec<u8>, mode: u32 },
     Symlink(PathBuf),
 }
-
-/// Caches that tools rewrite at will: never brought back.
-pub const CACHE_DIRS: &[&str] = &[
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".tox",
-    ".nox",
-];
 
 fn is_git_component(c: &str) -> bool {
     // Case-insensitively: on a case-insensitive file system `.GIT` is `.git`.

@@ -224,6 +224,42 @@ async fn remove_volume(docker: &Docker, name: &str) {
     );
 }
 
+/// Create a container of `spec`'s image named `name`, tracked from the moment its create request
+/// is sent (`pending`) and, once answered, in `live` with the user cleanup runs as: no
+/// interruption can leave it behind. A 404 means the image is missing.
+async fn create_tracked(
+    docker: &Docker,
+    spec: &SandboxSpec,
+    name: &str,
+    body: bollard::models::ContainerCreateBody,
+    what: &'static str,
+    user: String,
+) -> Result<String, SandboxError> {
+    creating(docker, false, name);
+    let made = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::default().name(name).build()),
+            body,
+        )
+        .await;
+    // Answered: from here on `live` tracks it (no await in between, so no cancellation).
+    created(false, name);
+    let id = made
+        .map_err(|e| match status_of(&e) {
+            Some(404) => SandboxError::ImageMissing {
+                image: spec.image.clone(),
+                detail: String::new(),
+            },
+            _ => SandboxError::docker(what, e),
+        })?
+        .id;
+    live()
+        .lock()
+        .expect("live lock")
+        .insert(id.clone(), (docker.clone(), user));
+    Ok(id)
+}
+
 /// Create the session's volume and fill it: the project's tar goes in through the archive
 /// API, then a seeder with only CAP_CHOWN gives the volume's root to the sandbox user.
 async fn prepare_volume(
@@ -248,30 +284,15 @@ async fn prepare_volume(
         .expect("live lock")
         .insert(name.to_string(), docker.clone());
     let seeder_name = format!("{}-seed", spec.container_name());
-    creating(docker, false, &seeder_name);
-    let made = docker
-        .create_container(
-            Some(
-                CreateContainerOptionsBuilder::default()
-                    .name(&seeder_name)
-                    .build(),
-            ),
-            spec.seeder_body(name),
-        )
-        .await;
-    created(false, &seeder_name);
-    let seeder = made.map_err(|e| match status_of(&e) {
-        Some(404) => SandboxError::ImageMissing {
-            image: spec.image.clone(),
-            detail: String::new(),
-        },
-        _ => SandboxError::docker("create the seeding container", e),
-    })?;
-    let id = seeder.id;
-    live()
-        .lock()
-        .expect("live lock")
-        .insert(id.clone(), (docker.clone(), "0:0".into()));
+    let id = create_tracked(
+        docker,
+        spec,
+        &seeder_name,
+        spec.seeder_body(name),
+        "create the seeding container",
+        "0:0".into(),
+    )
+    .await?;
     let result = async {
         let file = tokio::fs::File::open(seed)
             .await
@@ -522,28 +543,16 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
-        creating(docker, false, &name);
-        let made = docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                spec.create_body(main),
-            )
-            .await;
-        // Answered: from here on `live` tracks it (no await in between, so no cancellation).
-        created(false, &name);
-        let created_container = made.map_err(|e| match status_of(&e) {
-            Some(404) => SandboxError::ImageMissing {
-                image: spec.image.clone(),
-                detail: String::new(),
-            },
-            _ => SandboxError::docker("create container", e),
-        })?;
-        let id = created_container.id;
+        let id = create_tracked(
+            docker,
+            spec,
+            &name,
+            spec.create_body(main),
+            "create container",
+            spec.user(),
+        )
+        .await?;
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
-        live()
-            .lock()
-            .expect("live lock")
-            .insert(id.clone(), (docker.clone(), spec.user()));
         let result = async {
             let executor_mode = main == MainProcess::Executor;
             // Attached before start, so nothing the main process writes is missed, and so its
