@@ -10,6 +10,7 @@ pub mod config;
 pub mod config_file;
 pub mod eval;
 pub mod events;
+pub mod gitquote;
 pub mod image;
 pub mod isolate;
 pub mod model;

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::model::Usage;
+use crate::sandbox::hostscan::{self, HostCheck};
 
 /// Exit statuses of `agentbox run` (documented in the README).
 pub mod exit {
@@ -42,6 +43,16 @@ pub struct ChangedFile {
     pub removed: Option<u64>,
 }
 
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OutsideDiff {
+    /// Paths (git-quoted), at most [`hostscan::MAX_LISTED_CHANGES`].
+    pub paths: Vec<String>,
+    /// How many there were.
+    pub total: usize,
+    /// The project has more entries than the scan records: there may be more.
+    pub incomplete: bool,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub session: String,
@@ -64,6 +75,11 @@ pub struct Report {
     pub exit_code: u8,
     /// Things the user must know about, e.g. a `.git` planted in the project.
     pub warnings: Vec<String>,
+    /// Bind-mounted runs: what the host's own scan of the project saw change that the diff
+    /// does not show (files git ignores or the diff leaves out: a `.pth` file in an ignored
+    /// virtualenv, a cache). `None` where the host did not scan (`--isolate` leaves the
+    /// project untouched).
+    pub changed_outside_diff: Option<OutsideDiff>,
     /// `--isolate`: where the patch was written.
     pub patch_file: Option<String>,
     /// `--apply`: the paths written and deleted on the host, or why nothing was.
@@ -84,6 +100,30 @@ impl Report {
                 None => exit::ERROR,
             },
         }
+    }
+
+    /// The host's check of a bind-mounted project: its warnings, and the changes the diff does
+    /// not account for (all of them when the diff itself failed).
+    pub fn add_host_check(&mut self, check: HostCheck) {
+        self.warnings.extend(check.warnings);
+        let in_diff: std::collections::HashSet<&str> =
+            self.changed_files.iter().map(|f| f.path.as_str()).collect();
+        let outside: Vec<String> = check
+            .changes
+            .paths
+            .iter()
+            .map(|p| hostscan::quote(p))
+            // A new directory is accounted for by the files in it that the diff shows; any
+            // other file in it is listed on its own.
+            .filter(|p| {
+                !in_diff.contains(p.as_str()) && !in_diff.iter().any(|d| d.starts_with(&format!("{p}/")))
+            })
+            .collect();
+        self.changed_outside_diff = Some(OutsideDiff {
+            total: outside.len(),
+            paths: outside.into_iter().take(hostscan::MAX_LISTED_CHANGES).collect(),
+            incomplete: check.changes.incomplete,
+        });
     }
 
     /// The human-readable report, for stdout.
@@ -132,8 +172,14 @@ impl Report {
             (false, None) => format!("{tokens}; cost unknown for this model"),
         };
         s.push_str(&format!("tokens:   {line}\n"));
+        let outside = self.changed_outside_diff.as_ref().filter(|o| o.total > 0);
+        let diff_failed = self.diff.is_none() && self.diff_error.is_some();
         if self.changed_files.is_empty() {
-            s.push_str("changes:  none\n");
+            s.push_str(match (diff_failed, outside) {
+                (true, _) => "changes:  unknown (the diff failed: see below)\n",
+                (false, Some(_)) => "changes:  none in the diff\n",
+                (false, None) => "changes:  none\n",
+            });
         } else {
             s.push_str("changes:\n");
             for f in &self.changed_files {
@@ -142,6 +188,29 @@ impl Report {
                     _ => "binary".into(),
                 };
                 s.push_str(&format!("  {:<40} {counts}\n", f.path));
+            }
+        }
+        if let Some(o) = outside {
+            s.push_str(if diff_failed {
+                "changed on the host (agentbox's own scan of the project):\n"
+            } else {
+                "also changed, not in the diff (ignored by git or left out of it):\n"
+            });
+            const SHOWN: usize = 20;
+            for p in o.paths.iter().take(SHOWN) {
+                s.push_str(&format!("  {p}\n"));
+            }
+            if o.total > SHOWN {
+                s.push_str(&format!(
+                    "  ... and {} more (--json lists them)\n",
+                    o.total - SHOWN
+                ));
+            }
+            if o.incomplete {
+                s.push_str(&format!(
+                    "  (the project has more than {} entries; the scan stopped there)\n",
+                    hostscan::MAX_ENTRIES
+                ));
             }
         }
         if let Some(p) = &self.patch_file {
@@ -204,6 +273,85 @@ mod tests {
             exit_code: None,
             output_tail: String::new(),
         }
+    }
+
+    fn report() -> Report {
+        Report {
+            session: "s".into(),
+            model: "m".into(),
+            outcome: Outcome::Finished,
+            summary: None,
+            error: None,
+            steps: 1,
+            attempts: 1,
+            usage: Usage::default(),
+            usage_estimated: true,
+            cost_usd: None,
+            tests: verdict(None, None),
+            changed_files: Vec::new(),
+            diff: Some(String::new()),
+            diff_error: None,
+            elapsed_secs: 1.0,
+            exit_code: 0,
+            warnings: Vec::new(),
+            changed_outside_diff: None,
+            patch_file: None,
+            applied: None,
+            apply_error: None,
+        }
+    }
+
+    fn host_check(paths: &[&str]) -> HostCheck {
+        HostCheck {
+            warnings: vec!["w".into()],
+            changes: hostscan::HostChanges {
+                paths: paths.iter().map(std::path::PathBuf::from).collect(),
+                incomplete: false,
+            },
+        }
+    }
+
+    #[test]
+    fn changes_are_never_none_when_the_host_saw_some_or_the_diff_failed() {
+        let mut r = report();
+        r.add_host_check(host_check(&[]));
+        assert!(r.render(10).contains("changes:  none\n"));
+
+        let mut r = report();
+        r.changed_files = vec![ChangedFile {
+            path: "src/a.py".into(),
+            added: Some(1),
+            removed: Some(0),
+        }];
+        r.add_host_check(host_check(&[
+            "src",
+            "src/a.py",
+            ".venv/x.pth",
+            "a\nchanges:  none",
+        ]));
+        let text = r.render(10);
+        assert!(text.contains("also changed, not in the diff"), "{text}");
+        assert!(text.contains("  .venv/x.pth\n"), "{text}");
+        assert!(
+            !text.contains("  src\n"),
+            "a directory the diff accounts for: {text}"
+        );
+        assert!(
+            text.contains("  \"a\\nchanges:  none\"\n"),
+            "names cannot forge lines: {text}"
+        );
+        assert_eq!(r.warnings, ["w"]);
+
+        let mut r = report();
+        r.diff = None;
+        r.diff_error = Some("git diff failed".into());
+        r.add_host_check(host_check(&["a.py"]));
+        let text = r.render(10);
+        assert!(text.contains("changes:  unknown (the diff failed"), "{text}");
+        assert!(
+            text.contains("changed on the host (agentbox's own scan"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -328,11 +328,6 @@ impl Session {
         } else {
             Vec::new()
         };
-        let warnings = if sandbox_alive {
-            self.sandbox.check_git()
-        } else {
-            Vec::new()
-        };
         let exit_code = Report::exit_code_for(&outcome, &tests);
         let estimated = self.model.estimated_usage();
         Report {
@@ -356,7 +351,8 @@ impl Session {
             diff_error,
             elapsed_secs: self.started.elapsed().as_secs_f64(),
             exit_code,
-            warnings,
+            warnings: Vec::new(),
+            changed_outside_diff: None,
             patch_file: None,
             applied: None,
             apply_error: None,
@@ -439,8 +435,12 @@ impl Session {
         Ok(())
     }
 
-    pub async fn close(self) {
+    /// Remove the sandbox, then check the project on the host (bind-mounted runs: planted git
+    /// metadata moved out, every change listed). The check comes after the removal so that
+    /// nothing of the sandbox can write while the host looks.
+    pub async fn close(self) -> Option<crate::sandbox::hostscan::HostCheck> {
         let _ = self.sandbox.shutdown().await;
+        self.sandbox.check_host()
     }
 }
 

@@ -6,13 +6,12 @@
 
 mod support;
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::model_server::{ModelServer, Reply, anthropic_turn};
+use support::scripted::*;
 use support::*;
 
 const KEY: &str = "sk-ant-hostile-sentinel-93b1d77c04";
@@ -41,158 +40,6 @@ fn project_from(name: &str) -> Project {
     copy_dir(&fixture(name), project.path());
     project.chown_all();
     project
-}
-
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    events: Vec<Value>,
-    report: Option<Value>,
-}
-
-impl Run {
-    /// (tool name, result content, is_error) for every tool call, in order.
-    fn results(&self) -> Vec<(String, String, bool)> {
-        self.events
-            .iter()
-            .filter(|e| e["event"] == "tool_finished")
-            .map(|e| {
-                (
-                    e["name"].as_str().unwrap().to_string(),
-                    e["content"].as_str().unwrap().to_string(),
-                    e["is_error"].as_bool().unwrap(),
-                )
-            })
-            .collect()
-    }
-
-    fn result(&self, i: usize) -> (String, String, bool) {
-        self.results()
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| panic!("no tool result {i}: {}", self.stderr))
-    }
-
-    fn steps(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| e["event"] == "model_response")
-            .count()
-    }
-}
-
-fn read_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-struct Spawned {
-    child: tokio::process::Child,
-    pid: u32,
-    trajectory: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// Start `agentbox run --json --script ... --trajectory ...` on `project`.
-fn spawn_run(project: &Project, turns: Value, args: &[&str], env: &[(&str, &str)]) -> Spawned {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-    let trajectory = dir.path().join("trajectory.jsonl");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
-    // From the run's own directory: an --isolate patch lands there, not in the repository.
-    cmd.current_dir(dir.path())
-        .arg("run")
-        .arg("--json")
-        .arg("--script")
-        .arg(&script)
-        .arg("--trajectory")
-        .arg(&trajectory)
-        .args(args)
-        .arg(project.path())
-        .env("AGENTBOX_CONFIG", "")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().unwrap();
-    let pid = child.id().unwrap();
-    Spawned {
-        child,
-        pid,
-        trajectory,
-        _dir: dir,
-    }
-}
-
-/// Wait for the run, then check the invariant every scenario shares: no container left.
-async fn finish(spawned: Spawned) -> Run {
-    let docker = docker().await;
-    let out = tokio::time::timeout(Duration::from_secs(300), spawned.child.wait_with_output())
-        .await
-        .expect("agentbox did not finish")
-        .unwrap();
-    let pid = spawned.pid;
-    let gone = eventually(Duration::from_secs(30), || async {
-        containers_of_pid(&docker, pid).await == 0
-    })
-    .await;
-    assert!(gone, "a container of agentbox pid {pid} outlived the run");
-    let stdout = text(&out.stdout);
-    Run {
-        code: out.status.code(),
-        report: serde_json::from_str(&stdout).ok(),
-        stdout,
-        stderr: text(&out.stderr),
-        events: read_events(&spawned.trajectory),
-    }
-}
-
-async fn hostile(project: &Project, turns: Value, args: &[&str]) -> Run {
-    finish(spawn_run(project, turns, args, &[])).await
-}
-
-fn bash(command: &str) -> Value {
-    json!({"name": "bash", "arguments": {"command": command}})
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
-}
-
-fn done(text: &str) -> Value {
-    json!({"text": text})
-}
-
-/// No file in the project is owned by anyone but its owner (never root, unless root owns it).
-fn assert_owned_by_owner(project: &Project) {
-    let (uid, _) = project.owner();
-    let mut stack = vec![project.path().to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let entry = entry.unwrap();
-            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
-            assert_eq!(
-                meta.uid(),
-                uid,
-                "{} is owned by {}",
-                entry.path().display(),
-                meta.uid()
-            );
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,14 +346,15 @@ async fn writes_outside_fail_and_planted_git_metadata_is_quarantined() {
         !project.file("sub/.git").exists(),
         "the planted .git must be moved away"
     );
-    assert!(project.file("sub/.git-agentbox-quarantine/config").exists());
-    let report = run.report.unwrap();
-    let warnings = report["warnings"].to_string();
+    // Out of the project, into the run's data directory, where no link can reach it.
+    assert!(run.quarantined("sub/.git/config").exists());
+    let warnings = run.warnings();
     assert!(
-        warnings.contains("sub/.git") && warnings.contains("quarantine"),
+        warnings.contains("sub/.git: git metadata the session created")
+            && warnings.contains("moved out of the project to")
+            && warnings.contains("quarantine"),
         "{warnings}"
     );
-    assert!(run.stdout.contains("sub/.git-agentbox-quarantine"));
     assert_eq!(sha("/etc/passwd"), passwd, "the host's /etc/passwd is unchanged");
     assert!(!Path::new("/evil").exists());
     assert_owned_by_owner(&project);
@@ -526,10 +374,10 @@ async fn a_git_directory_planted_in_a_plain_project_is_quarantined() {
     .await;
     assert!(run.result(0).1.contains("made"));
     assert!(!project.file(".git").exists());
-    assert!(project.file(".git-agentbox-quarantine/config").exists());
-    let warnings = run.report.unwrap()["warnings"].to_string();
+    assert!(run.quarantined(".git/config").exists());
+    let warnings = run.warnings();
     assert!(
-        warnings.contains("the session created .git — renamed to .git-agentbox-quarantine"),
+        warnings.contains(".git: git metadata the session created; moved out of the project"),
         "{warnings}"
     );
 }

@@ -53,13 +53,13 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    for w in session.sandbox.check_git() {
-        eprintln!("agentbox: WARNING: {w}");
-    }
     events.emit(&Event::Note {
         message: "chat ended; removing the sandbox".into(),
     });
-    session.close().await;
+    let warnings = session.close().await.map(|c| c.warnings).unwrap_or_default();
+    for w in warnings {
+        eprintln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
+    }
     Ok(code)
 }
 

@@ -19,10 +19,10 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
     let (_docker, sandbox) = super::open_sandbox(&cfg, &args.project).await?;
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;
-    let warnings = sandbox.check_git();
     sandbox.shutdown().await?;
+    let warnings = sandbox.check_host().map(|c| c.warnings).unwrap_or_default();
     for w in warnings {
-        eprintln!("agentbox: WARNING: {w}");
+        eprintln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
     }
     let out = result?;
 

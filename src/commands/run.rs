@@ -39,8 +39,10 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     report.attempts = attempts;
     // Its failure is already in the report (a warning, or the apply error).
     let _ = session.finish_isolated(&mut report).await;
+    if let Some(check) = session.close().await {
+        report.add_host_check(check);
+    }
     events.emit(&Event::Finished { report: &report });
-    session.close().await;
     Ok(report)
 }
 

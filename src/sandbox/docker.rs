@@ -448,12 +448,12 @@ pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), San
             examples.join(", ")
         )));
     }
-    let protected = super::hostscan::protected_paths(&dir.path, &scan);
+    let protection = super::hostscan::protection(&dir.path, &scan);
     Ok((
         WorkspaceSource::Bind {
             project: dir.path,
-            protected,
-            git_before: scan.git,
+            protected: protection.mounts.clone(),
+            baseline: std::sync::Arc::new(super::hostscan::Baseline { scan, protection }),
         },
         dir.uid,
         dir.gid,
@@ -476,8 +476,8 @@ pub struct DockerSandbox {
     oom_seen: AtomicI64,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<String>,
-    /// A bind-mounted project's git entries at the start (see `hostscan`).
-    guard: Option<super::hostscan::GitGuard>,
+    /// A bind-mounted project's state at the start (see `hostscan`).
+    guard: Option<super::hostscan::HostGuard>,
 }
 
 impl DockerSandbox {
@@ -513,10 +513,14 @@ impl DockerSandbox {
                 (Ok(mut sb), volume) => {
                     sb.volume = volume;
                     if let WorkspaceSource::Bind {
-                        project, git_before, ..
+                        project, baseline, ..
                     } = &spec.workspace
                     {
-                        sb.guard = Some(super::hostscan::GitGuard::start(project, git_before.clone()));
+                        sb.guard = Some(super::hostscan::HostGuard::start(
+                            project,
+                            baseline.clone(),
+                            &spec.session,
+                        ));
                     }
                     Ok(sb)
                 }
@@ -622,10 +626,12 @@ impl DockerSandbox {
         result
     }
 
-    /// For a bind-mounted project: move away git metadata the session planted, and say so.
-    /// Call after the last command (the sandbox must not be writing while the host looks).
-    pub fn check_git(&self) -> Vec<String> {
-        self.guard.as_ref().map(|g| g.finish()).unwrap_or_default()
+    /// For a bind-mounted project: move out git metadata the session planted or replaced, and
+    /// list what changed. Call after [`Sandbox::shutdown`]: nothing may write while the host
+    /// looks. `None` for an isolated project (the host's copy was not mounted), or when the
+    /// check already ran.
+    pub fn check_host(&self) -> Option<super::hostscan::HostCheck> {
+        self.guard.as_ref().and_then(|g| g.finish())
     }
 
     fn user(&self) -> String {

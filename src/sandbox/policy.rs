@@ -95,8 +95,8 @@ pub enum WorkspaceSource {
         /// Paths (relative) mounted read-only on top: every git directory or `.git` file, and
         /// what their configs name (a hooks path, an fsmonitor script...).
         protected: Vec<PathBuf>,
-        /// The git entries found at the start, to tell planted ones at the end.
-        git_before: std::collections::BTreeSet<PathBuf>,
+        /// What the host recorded before the session, to check the project against after it.
+        baseline: std::sync::Arc<super::hostscan::Baseline>,
     },
     /// A labelled Docker volume the project is copied into (`--isolate`): `seed` is a tar of
     /// the project, extracted into the volume before the sandbox starts.
@@ -346,7 +346,7 @@ mod tests {
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],
-                git_before: Default::default(),
+                baseline: Default::default(),
             },
             uid: 1000,
             gid: 1000,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod model_server;
+pub mod scripted;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

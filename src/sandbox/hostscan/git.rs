@@ -1,0 +1,663 @@
+//! What git on the host would make of a directory: which entries are repositories, which
+//! config files it reads for them (includes, worktree common directories, the user's own), and
+//! which paths those configs name — the things that decide what git *runs*.
+//!
+//! Recognition is a superset of git's own (`setup.c`: `is_git_directory`, `read_gitfile`): a
+//! false positive costs a read-only mount or a quarantine, a false negative costs the user's
+//! machine. Every read is of a regular file, bounded, without following the file itself if it
+//! is a link (see [`read_small`]).
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Largest config (or `.git` file, `commondir`) read; git's own are a few KiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// git stops following includes at depth 10.
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// The hooks git runs (githooks(5)), plus the names hook managers install.
+pub const HOOK_NAMES: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+/// Config files of hook managers that decide what their installed hooks run. While a
+/// repository has active hooks, these are kept read-only in the sandbox.
+pub const HOOK_MANAGER_CONFIGS: &[&str] = &[
+    ".pre-commit-config.yaml",
+    ".pre-commit-config.yml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".lefthook-local.yml",
+    ".overcommit.yml",
+    ".simple-git-hooks.json",
+    ".simple-git-hooks.cjs",
+    ".simple-git-hooks.js",
+    "simple-git-hooks.json",
+];
+
+pub fn is_git_name(name: &OsStr) -> bool {
+    // Case-insensitively: on a case-insensitive file system `.GIT` is `.git`.
+    name.to_str().is_some_and(|n| n.eq_ignore_ascii_case(".git"))
+}
+
+/// Would git take a directory with these entry names for a git directory? git checks `HEAD`
+/// (a file, or a link into `refs/`, even a dangling one), then `objects/` and `refs/` — found
+/// through `commondir` when there is one, and through links. Names only: the caller has them
+/// from the directory listing already, and a link counts whatever it points at.
+pub fn names_look_like_git_dir<'a>(names: impl IntoIterator<Item = &'a OsStr>) -> bool {
+    let (mut head, mut objects, mut refs, mut commondir) = (false, false, false, false);
+    for n in names {
+        let Some(n) = n.to_str() else { continue };
+        match n.to_ascii_lowercase().as_str() {
+            "head" => head = true,
+            "objects" => objects = true,
+            "refs" => refs = true,
+            "commondir" => commondir = true,
+            _ => {}
+        }
+    }
+    head && ((objects && refs) || commondir)
+}
+
+/// Up to `MAX_CONFIG_BYTES` of `path` if it is a regular file. The final component is not
+/// followed (`O_NOFOLLOW`), a FIFO cannot block us (`O_NONBLOCK`), and the type is checked on
+/// the open descriptor, so a swap between check and read changes nothing.
+pub fn read_small(path: &Path) -> Option<Vec<u8>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut data = Vec::new();
+    file.take(MAX_CONFIG_BYTES).read_to_end(&mut data).ok()?;
+    Some(data)
+}
+
+/// [`read_small`], but following links: for files git itself reads through links (a `.git`
+/// link, a config reached through one). Still regular files only.
+fn read_small_following(path: &Path) -> Option<Vec<u8>> {
+    let real = path.canonicalize().ok()?;
+    read_small(&real)
+}
+
+/// `gitdir: PATH` of a `.git` file, resolved against the file's directory as git does.
+pub fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
+    let text = std::str::from_utf8(data).ok()?;
+    let target = text.strip_prefix("gitdir:")?.trim();
+    if target.is_empty() {
+        return None;
+    }
+    Some(resolve(&dot_git.parent()?.join(target)))
+}
+
+/// One `section.subsection.key = value` of a config file. Section and key are lower-cased (git
+/// compares them case-insensitively); the subsection is kept as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub section: String,
+    pub subsection: Option<String>,
+    pub key: String,
+    /// `None` for a bare `key` (boolean true).
+    pub value: Option<String>,
+}
+
+impl ConfigEntry {
+    fn is(&self, section: &str, key: &str) -> bool {
+        self.section == section && self.key == key
+    }
+}
+
+/// git's config syntax (git-config(1), "Syntax"): sections `[s]`, `[s "sub"]` and the old
+/// `[s.sub]`; `#` and `;` comments outside quotes; values with `"` quoting, `\` escapes and
+/// `\`-newline continuations. Lines git would reject are skipped, not fatal: a hostile file
+/// must not hide the rest of itself from us by one bad line.
+pub fn parse_config(text: &str) -> Vec<ConfigEntry> {
+    let mut out = Vec::new();
+    let (mut section, mut subsection) = (String::new(), None::<String>);
+    let mut chars = text.chars().peekable();
+    loop {
+        // Skip blank space at the start of a line.
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let Some(&c) = chars.peek() else { break };
+        if c == '#' || c == ';' {
+            skip_line(&mut chars);
+            continue;
+        }
+        if c == '[' {
+            chars.next();
+            let mut header = String::new();
+            let mut sub = None;
+            while let Some(c) = chars.next() {
+                match c {
+                    ']' => break,
+                    '"' => {
+                        let mut s = String::new();
+                        while let Some(c) = chars.next() {
+                            match c {
+                                '"' => break,
+                                '\\' => {
+                                    if let Some(e) = chars.next() {
+                                        s.push(e);
+                                    }
+                                }
+                                '\n' => break,
+                                c => s.push(c),
+                            }
+                        }
+                        sub = Some(s);
+                    }
+                    '\n' => break,
+                    c => header.push(c),
+                }
+            }
+            let header = header.trim();
+            match (sub, header.split_once('.')) {
+                (Some(s), _) => {
+                    section = header.to_ascii_lowercase();
+                    subsection = Some(s);
+                }
+                (None, Some((s, rest))) => {
+                    section = s.to_ascii_lowercase();
+                    subsection = Some(rest.to_string());
+                }
+                (None, None) => {
+                    section = header.to_ascii_lowercase();
+                    subsection = None;
+                }
+            }
+            continue;
+        }
+        // key [= value]
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                key.push(c);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        if key.is_empty() {
+            skip_line(&mut chars);
+            continue;
+        }
+        while chars.peek().is_some_and(|c| *c == ' ' || *c == '\t') {
+            chars.next();
+        }
+        let value = match chars.peek() {
+            Some('=') => {
+                chars.next();
+                Some(parse_value(&mut chars))
+            }
+            _ => {
+                skip_line(&mut chars);
+                None
+            }
+        };
+        out.push(ConfigEntry {
+            section: section.clone(),
+            subsection: subsection.clone(),
+            key: key.to_ascii_lowercase(),
+            value,
+        });
+    }
+    out
+}
+
+fn skip_line(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    for c in chars.by_ref() {
+        if c == '\n' {
+            break;
+        }
+    }
+}
+
+fn parse_value(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
+    let mut value = String::new();
+    let mut quoted = false;
+    // Whitespace outside quotes is kept only between words: trailing blanks are dropped.
+    let mut pending_space = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => break,
+            '"' => {
+                quoted = !quoted;
+                value.push_str(&std::mem::take(&mut pending_space));
+            }
+            '\\' => match chars.next() {
+                Some('\n') => {}
+                Some('n') => value.push('\n'),
+                Some('t') => value.push('\t'),
+                Some('b') => {
+                    value.pop();
+                }
+                Some(e) => {
+                    value.push_str(&std::mem::take(&mut pending_space));
+                    value.push(e);
+                }
+                None => break,
+            },
+            '#' | ';' if !quoted => {
+                skip_line(chars);
+                break;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if !value.is_empty() {
+                    pending_space.push(c);
+                }
+            }
+            c => {
+                value.push_str(&std::mem::take(&mut pending_space));
+                value.push(c);
+            }
+        }
+    }
+    value
+}
+
+/// One config file git reads for a repository, parsed, with where it came from.
+#[derive(Debug)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    pub entries: Vec<ConfigEntry>,
+}
+
+/// Read `path` and, recursively, every file its `include.path` / `includeIf.*.path` names
+/// (every condition taken as true: a superset). Include paths are relative to the including
+/// file's directory; `~/` is the user's home. Missing files are recorded in `absent` (the
+/// sandbox could create one inside the project).
+pub fn read_with_includes(path: &Path, out: &mut Vec<ConfigFile>, absent: &mut BTreeSet<PathBuf>) {
+    read_with_includes_at(path, 0, out, absent)
+}
+
+fn read_with_includes_at(
+    path: &Path,
+    depth: usize,
+    out: &mut Vec<ConfigFile>,
+    absent: &mut BTreeSet<PathBuf>,
+) {
+    if depth > MAX_INCLUDE_DEPTH || out.iter().any(|f| f.path == path) {
+        return;
+    }
+    let Some(data) = read_small_following(path) else {
+        if path.symlink_metadata().is_err() {
+            absent.insert(path.to_path_buf());
+        }
+        return;
+    };
+    let entries = parse_config(&String::from_utf8_lossy(&data));
+    let includes: Vec<PathBuf> = entries
+        .iter()
+        .filter(|e| (e.section == "include" || e.section == "includeif") && e.key == "path")
+        .filter_map(|e| e.value.as_deref())
+        .filter_map(|v| expand_path(v, path.parent()))
+        .collect();
+    out.push(ConfigFile {
+        path: path.to_path_buf(),
+        entries,
+    });
+    for inc in includes {
+        read_with_includes_at(&inc, depth + 1, out, absent);
+    }
+}
+
+/// A config path value as git resolves it: `~/` from the home directory, relative ones from
+/// `base`; then [`resolve`]d.
+fn expand_path(value: &str, base: Option<&Path>) -> Option<PathBuf> {
+    if value.is_empty() {
+        return None;
+    }
+    if let Some(rest) = value.strip_prefix("~/") {
+        return std::env::var_os("HOME").map(|h| resolve(&PathBuf::from(h).join(rest)));
+    }
+    let p = Path::new(value);
+    if p.is_absolute() {
+        Some(resolve(p))
+    } else {
+        base.map(|b| resolve(&b.join(p)))
+    }
+}
+
+/// Where `path` is on the file system, the way git's own lookups would reach it: the real
+/// path of its directory (links followed, as the kernel follows them for git) and its last
+/// component as written, so a missing file still gets a comparable name. Lexical when even
+/// the directory does not exist.
+pub fn resolve(path: &Path) -> PathBuf {
+    if path.file_name().is_none()
+        && let Ok(real) = path.canonicalize()
+    {
+        // It ends in `..` or `.`: a directory, reached the kernel's way.
+        return real;
+    }
+    if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+        && let Ok(real) = parent.canonicalize()
+    {
+        return real.join(name);
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The config files git reads for every repository, besides the repository's own: the system
+/// file and the user's (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`). A relative
+/// `core.hooksPath` there names a directory inside every worktree.
+pub fn user_config_paths() -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none() {
+        paths.push(
+            std::env::var_os("GIT_CONFIG_SYSTEM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/etc/gitconfig")),
+        );
+    }
+    if let Some(g) = std::env::var_os("GIT_CONFIG_GLOBAL") {
+        paths.push(PathBuf::from(g));
+    } else {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+        if let Some(x) = xdg {
+            paths.push(x.join("git/config"));
+        }
+        if let Some(h) = home {
+            paths.push(h.join(".gitconfig"));
+        }
+    }
+    paths
+}
+
+/// A repository found in the project, as git would use it.
+#[derive(Debug, Default)]
+pub struct Repo {
+    /// The git directory (may lie outside the project, e.g. a linked worktree's).
+    pub git_dir: Option<PathBuf>,
+    /// The directory holding `objects/`, `refs/`, shared config and the default hooks.
+    pub common_dir: Option<PathBuf>,
+    /// Where hooks and relative paths of commands are run from: the worktree's top for a
+    /// `.git` entry, the git directory for a bare repository.
+    pub run_dir: PathBuf,
+    /// Every config git reads for it, includes followed.
+    pub configs: Vec<ConfigFile>,
+    /// Config files named (by includes) that do not exist.
+    pub absent_configs: BTreeSet<PathBuf>,
+}
+
+impl Repo {
+    /// `entry` is a `.git` of any type, or a directory shaped like a git directory.
+    pub fn open(entry: &Path, user_configs: &[PathBuf]) -> Repo {
+        let named_git = entry.file_name().is_some_and(is_git_name);
+        let git_dir = if !named_git {
+            Some(entry.to_path_buf())
+        } else {
+            match entry.symlink_metadata() {
+                Ok(m) if m.is_dir() => Some(entry.to_path_buf()),
+                Ok(m) if m.is_file() => read_small(entry).and_then(|d| gitdir_of_file(entry, &d)),
+                // A link: git follows it to a directory, or to a `gitdir:` file.
+                Ok(m) if m.file_type().is_symlink() => match entry.canonicalize() {
+                    Ok(real) if real.is_dir() => Some(real),
+                    Ok(real) => read_small(&real).and_then(|d| gitdir_of_file(&real, &d)),
+                    Err(_) => None,
+                },
+                _ => None,
+            }
+        };
+        let run_dir = if named_git {
+            entry.parent().map(Path::to_path_buf).unwrap_or_default()
+        } else {
+            entry.to_path_buf()
+        };
+        let common_dir = git_dir.as_ref().map(|g| {
+            read_small_following(&g.join("commondir"))
+                .and_then(|d| {
+                    let t = String::from_utf8_lossy(&d).trim().to_string();
+                    (!t.is_empty()).then(|| resolve(&g.join(t)))
+                })
+                .unwrap_or_else(|| g.clone())
+        });
+        let mut repo = Repo {
+            git_dir: git_dir.clone(),
+            common_dir: common_dir.clone(),
+            run_dir,
+            ..Default::default()
+        };
+        let mut files: Vec<PathBuf> = user_configs.to_vec();
+        if let Some(c) = &common_dir {
+            files.push(c.join("config"));
+        }
+        if let Some(g) = &git_dir {
+            files.push(g.join("config.worktree"));
+            if common_dir.as_ref() != Some(g) {
+                files.push(g.join("config"));
+            }
+        }
+        for f in files {
+            read_with_includes(&f, &mut repo.configs, &mut repo.absent_configs);
+        }
+        repo
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (&ConfigFile, &ConfigEntry)> {
+        self.configs
+            .iter()
+            .flat_map(|f| f.entries.iter().map(move |e| (f, e)))
+    }
+
+    /// The directory git runs hooks from: `core.hooksPath` (the last one set wins, as in git;
+    /// relative to where hooks run), else `hooks/` of the common directory.
+    pub fn hooks_dir(&self) -> Option<PathBuf> {
+        let set = self
+            .entries()
+            .filter(|(_, e)| e.is("core", "hookspath"))
+            .filter_map(|(_, e)| e.value.as_deref())
+            .last();
+        match set {
+            Some(v) => expand_path(v, Some(&self.run_dir)),
+            None => self.common_dir.as_ref().map(|c| c.join("hooks")),
+        }
+    }
+
+    /// Every path a config value could name: each word of each value, tried from where git or
+    /// the command it runs would resolve it (the worktree's top, the git directory, the
+    /// config file's own directory). A superset: most values name no file at all, and only
+    /// those that exist, or look like a path, are kept by the caller.
+    pub fn named_paths(&self) -> Vec<(PathBuf, bool)> {
+        let mut out = Vec::new();
+        for (file, e) in self.entries() {
+            let Some(value) = e.value.as_deref() else { continue };
+            let is_path_key = e.is("core", "hookspath")
+                || ((e.section == "include" || e.section == "includeif") && e.key == "path");
+            let mut bases: Vec<&Path> = vec![&self.run_dir];
+            if let Some(g) = &self.git_dir {
+                bases.push(g);
+            }
+            if let Some(d) = file.path.parent() {
+                bases.push(d);
+            }
+            let words: Vec<&str> = if is_path_key {
+                vec![value]
+            } else {
+                value
+                    .split(|c: char| c.is_whitespace() || "'\"`;|&()<>$=".contains(c))
+                    .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains("://"))
+                    .collect()
+            };
+            for w in words {
+                let looks_like_path = is_path_key || w.contains('/');
+                for b in &bases {
+                    if let Some(p) = expand_path(w, Some(b)) {
+                        out.push((p, looks_like_path));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `path` made relative to `project` lexically (no file system access): `None` when it leaves
+/// the project or is the project itself.
+pub fn lexical_rel(project: &Path, path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let rest = path.strip_prefix(project).ok()?;
+    for c in rest.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(section: &str, sub: Option<&str>, key: &str, value: Option<&str>) -> ConfigEntry {
+        ConfigEntry {
+            section: section.into(),
+            subsection: sub.map(String::from),
+            key: key.into(),
+            value: value.map(String::from),
+        }
+    }
+
+    #[test]
+    fn config_syntax_as_git_reads_it() {
+        let text = "# comment\n[core]\n\tbare = false\n\tfsmonitor = \"touch PWNED; false\" ; trailing\n\
+                    [Core]HooksPath=.husky/_\n[includeIf \"gitdir:~/x/\"]\n  path = ../extra # c\n\
+                    [remote.origin]\n url = a\\\n b\n[alias]\n\tfilebare\n\tx = \"a\\\"b\\\\c\"\n";
+        let got = parse_config(text);
+        assert_eq!(
+            got,
+            [
+                entry("core", None, "bare", Some("false")),
+                entry("core", None, "fsmonitor", Some("touch PWNED; false")),
+                entry("core", None, "hookspath", Some(".husky/_")),
+                entry("includeif", Some("gitdir:~/x/"), "path", Some("../extra")),
+                entry("remote", Some("origin"), "url", Some("a b")),
+                entry("alias", None, "filebare", None),
+                entry("alias", None, "x", Some("a\"b\\c")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_directory_is_a_git_directory_when_git_would_take_it() {
+        let n = |names: &[&str]| names_look_like_git_dir(names.iter().map(OsStr::new));
+        assert!(n(&["HEAD", "objects", "refs", "config"]));
+        assert!(n(&["HEAD", "commondir"]), "a linked worktree's git dir");
+        assert!(!n(&["HEAD", "objects"]));
+        assert!(!n(&["objects", "refs"]));
+    }
+
+    #[test]
+    fn includes_worktree_common_dirs_and_gitdir_files_are_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        // A linked worktree: `wt/.git` is a gitdir file; its git dir has a commondir whose
+        // config includes a file that sets the hooks path.
+        std::fs::create_dir_all(root.join("main/.git/worktrees/wt")).unwrap();
+        std::fs::create_dir_all(root.join("wt")).unwrap();
+        std::fs::write(root.join("wt/.git"), "gitdir: ../main/.git/worktrees/wt\n").unwrap();
+        std::fs::write(root.join("main/.git/worktrees/wt/commondir"), "../..\n").unwrap();
+        std::fs::write(
+            root.join("main/.git/config"),
+            "[include]\n\tpath = ../../inc.cfg\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("inc.cfg"),
+            "[core]\n\thooksPath = hooks-here\n[include]\npath=nope.cfg",
+        )
+        .unwrap();
+        let repo = Repo::open(&root.join("wt/.git"), &[]);
+        assert_eq!(repo.common_dir, Some(root.join("main/.git")));
+        assert_eq!(repo.hooks_dir(), Some(root.join("wt/hooks-here")));
+        assert!(
+            repo.absent_configs.contains(&root.join("nope.cfg")),
+            "{:?}",
+            repo.absent_configs
+        );
+    }
+
+    #[test]
+    fn small_reads_refuse_links_and_fifos() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert!(
+            read_small(&fifo).is_none(),
+            "a FIFO is not read (and does not block)"
+        );
+        std::fs::write(d.path().join("f"), "x").unwrap();
+        std::os::unix::fs::symlink("f", d.path().join("l")).unwrap();
+        assert!(read_small(&d.path().join("l")).is_none());
+        assert_eq!(read_small(&d.path().join("f")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn lexical_paths_stay_inside() {
+        let p = Path::new("/p");
+        assert_eq!(lexical_rel(p, Path::new("/p/a/../b")), Some(PathBuf::from("b")));
+        assert_eq!(lexical_rel(p, Path::new("/p/a/../../x")), None);
+        assert_eq!(lexical_rel(p, Path::new("/p/.")), None);
+        assert_eq!(lexical_rel(p, Path::new("/q/a")), None);
+    }
+}

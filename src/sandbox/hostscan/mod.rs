@@ -1,0 +1,726 @@
+//! What the host must know about a bind-mounted project before the sandbox starts, and check
+//! after it is gone: hard links that lead outside, git metadata whose hooks or config would run
+//! on the host, and what changed — all of it, including what the diff cannot show.
+//!
+//! The scans read metadata only and never follow a link, so a hostile repository cannot point
+//! them anywhere; the few files read (git configs) are regular files, bounded
+//! ([`git::read_small`]). Before the run we record:
+//! - every git entry (a `.git` of any type, or a directory git would take for a repository);
+//! - the paths their configs make git run or read (hooks directory and each hook in it,
+//!   included configs, scripts named by values), mounted read-only where they are real paths,
+//!   and for each of them and its ancestors, which object it is (device, inode, and for
+//!   non-directories size, times and mode) or that it does not exist;
+//! - a fingerprint of every entry, for the host's own account of what changed.
+//!
+//! After the run, anything new that git would take for a repository, and any protected path
+//! that is no longer the object it was (replaced, reached through a renamed parent, created
+//! where nothing was), is moved out of the project into agentbox's data directory
+//! ([`quarantine`]), where no link the sandbox left in the project can reach it.
+
+pub mod git;
+pub mod quarantine;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// Entries fingerprinted for the host's account of changes; past this the account says it is
+/// incomplete rather than costing unbounded memory (about 70 bytes an entry).
+pub const MAX_ENTRIES: usize = 1_000_000;
+
+/// How many paths of the "changed outside the diff" list a report carries.
+pub const MAX_LISTED_CHANGES: usize = 1000;
+
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Regular files (relative) sharing their inode with a file outside the project.
+    pub linked_outside: Vec<PathBuf>,
+    /// Every git entry (relative): anything named `.git` in any case and of any type, and
+    /// directories git would take for a git directory.
+    pub git: BTreeSet<PathBuf>,
+    /// Directories the scan could not read.
+    pub unreadable: Vec<PathBuf>,
+    /// Every entry and its fingerprint, sorted by path.
+    pub entries: Vec<(PathBuf, u64)>,
+    /// More than [`MAX_ENTRIES`]: `entries` holds the first ones only.
+    pub truncated: bool,
+}
+
+/// Keys for the fingerprints, random per process: the sandbox controls most of what is
+/// hashed (sizes, times, modes, link targets) and must not be able to aim at a collision.
+fn hash_keys() -> &'static std::collections::hash_map::RandomState {
+    static K: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    K.get_or_init(Default::default)
+}
+
+/// Which object is at a path, and in which state. A directory is its identity only (its times
+/// change whenever an entry in it does; the entries speak for themselves). Anything else also
+/// by its size, mode, times (the change time cannot be set back by the sandbox) and a link's
+/// target.
+fn fingerprint(path: &Path, meta: &std::fs::Metadata) -> u64 {
+    let mut h = hash_keys().build_hasher();
+    let ft = meta.file_type();
+    let kind = if ft.is_dir() {
+        0u8
+    } else if ft.is_file() {
+        1
+    } else if ft.is_symlink() {
+        2
+    } else {
+        3
+    };
+    (kind, meta.dev(), meta.ino(), meta.mode()).hash(&mut h);
+    if kind != 0 {
+        (
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        )
+            .hash(&mut h);
+    }
+    if kind == 2 {
+        std::fs::read_link(path).ok().hash(&mut h);
+    }
+    h.finish()
+}
+
+fn fingerprint_at(path: &Path) -> Option<u64> {
+    let meta = path.symlink_metadata().ok()?;
+    Some(fingerprint(path, &meta))
+}
+
+pub fn scan(project: &Path) -> Scan {
+    let mut out = Scan::default();
+    // (dev, inode) → (links the file has, links found inside the project, first path seen).
+    let mut inodes: HashMap<(u64, u64), (u64, u64, PathBuf)> = HashMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel_dir) = stack.pop() {
+        let dir = project.join(&rel_dir);
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            out.unreadable.push(rel_dir);
+            continue;
+        };
+        let entries: Vec<std::fs::DirEntry> = read.flatten().collect();
+        if !rel_dir.as_os_str().is_empty()
+            && git::names_look_like_git_dir(
+                entries
+                    .iter()
+                    .map(|e| e.file_name())
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(|n| n.as_os_str()),
+            )
+        {
+            out.git.insert(rel_dir.clone());
+        }
+        for entry in entries {
+            let rel = rel_dir.join(entry.file_name());
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if out.entries.len() < MAX_ENTRIES {
+                out.entries.push((rel.clone(), fingerprint(&entry.path(), &meta)));
+            } else {
+                out.truncated = true;
+            }
+            let ft = meta.file_type();
+            if git::is_git_name(&entry.file_name()) {
+                // Of any type: git follows a `.git` link, reads a `.git` file. Its contents are
+                // git's; the entry as a whole is what must be protected.
+                out.git.insert(rel);
+                continue;
+            }
+            if ft.is_dir() {
+                stack.push(rel);
+            } else if ft.is_file() && meta.nlink() > 1 {
+                let e = inodes
+                    .entry((meta.dev(), meta.ino()))
+                    .or_insert((meta.nlink(), 0, rel));
+                e.1 += 1;
+            }
+        }
+    }
+    out.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    out.linked_outside = inodes
+        .into_values()
+        .filter(|(n, seen, _)| seen < n)
+        .map(|(_, _, p)| p)
+        .collect();
+    out.linked_outside.sort();
+    out
+}
+
+/// `path` relative to `project`, if it exists, is inside, is not a symlink, and no directory on
+/// the way is one either (a bind mount of it must not resolve anywhere else).
+pub fn inside(project: &Path, path: &Path) -> Option<PathBuf> {
+    let meta = path.symlink_metadata().ok()?;
+    if meta.file_type().is_symlink() {
+        return None;
+    }
+    let real = path.canonicalize().ok()?;
+    let rel = real.strip_prefix(project).ok()?.to_path_buf();
+    (project.join(&rel) == real && !rel.as_os_str().is_empty()).then_some(rel)
+}
+
+/// What the session must not change, worked out before it starts.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Protection {
+    /// Mounted read-only on top of the project (relative; real paths, no link on the way).
+    pub mounts: Vec<PathBuf>,
+    /// The paths git would run or read (relative): each must be the same object afterwards,
+    /// reached through the same directories, or still not exist.
+    pub named: BTreeSet<PathBuf>,
+    /// Fingerprints of the named paths and their ancestors (`None`: did not exist).
+    pub watched: BTreeMap<PathBuf, Option<u64>>,
+    /// Hooks directories with a hook installed (absolute): hooks that may run project files.
+    pub active_hooks: Vec<PathBuf>,
+}
+
+/// Work out [`Protection`] for a project from its scan: every repository in it, read the way
+/// git reads it (its config, `config.worktree`, the common directory's, includes, and the
+/// user's own configs, whose relative `core.hooksPath` points into every worktree).
+pub fn protection(project: &Path, scan: &Scan) -> Protection {
+    let user_configs = git::user_config_paths();
+    let mut named: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut absent: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut active_hooks = Vec::new();
+    let mut run_dirs = BTreeSet::new();
+    for g in &scan.git {
+        let entry = project.join(g);
+        named.insert(entry.clone());
+        let repo = git::Repo::open(&entry, &user_configs);
+        named.extend(repo.git_dir.iter().cloned());
+        named.extend(repo.common_dir.iter().cloned());
+        named.extend(repo.configs.iter().map(|c| c.path.clone()));
+        absent.extend(repo.absent_configs.iter().cloned());
+        for (p, looks_like_path) in repo.named_paths() {
+            if p.symlink_metadata().is_ok() {
+                named.insert(p);
+            } else if looks_like_path {
+                absent.insert(p);
+            }
+        }
+        if let Some(hooks) = repo.hooks_dir() {
+            if hooks.symlink_metadata().is_ok() {
+                named.insert(hooks.clone());
+            } else {
+                absent.insert(hooks.clone());
+            }
+            for name in git::HOOK_NAMES {
+                let hook = hooks.join(name);
+                if hook.symlink_metadata().is_ok() {
+                    named.insert(hook);
+                } else {
+                    absent.insert(hook);
+                }
+            }
+            // husky: `_/h` (v9) or `_/husky.sh` (v4–8) run the hook scripts one level up.
+            if ["h", "husky.sh"].iter().any(|f| hooks.join(f).is_file())
+                && let Some(parent) = hooks.parent()
+            {
+                named.insert(parent.to_path_buf());
+            }
+            if has_active_hook(&hooks) {
+                active_hooks.push(hooks);
+            }
+        }
+        run_dirs.insert(repo.run_dir);
+    }
+    if !active_hooks.is_empty() {
+        for dir in &run_dirs {
+            for c in git::HOOK_MANAGER_CONFIGS {
+                let f = dir.join(c);
+                if f.symlink_metadata().is_ok() {
+                    named.insert(f);
+                }
+            }
+        }
+    }
+
+    // A named link is watched as a link, and what it leads to inside the project is protected
+    // too: git follows it.
+    let mut real_targets = Vec::new();
+    for p in &named {
+        if p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink())
+            && let Ok(real) = p.canonicalize()
+        {
+            real_targets.push(real);
+        }
+    }
+    named.extend(real_targets);
+
+    let mut out = Protection {
+        active_hooks,
+        ..Default::default()
+    };
+    let mut mounts: BTreeSet<PathBuf> = BTreeSet::new();
+    for p in &named {
+        let Some(rel) = git::lexical_rel(project, p) else {
+            continue;
+        };
+        if let Some(real_rel) = inside(project, p) {
+            mounts.insert(real_rel);
+        }
+        watch_with_ancestors(project, &rel, &mut out.watched);
+        out.named.insert(rel);
+    }
+    for p in &absent {
+        let Some(rel) = git::lexical_rel(project, p) else {
+            continue;
+        };
+        if out.named.contains(&rel) {
+            continue;
+        }
+        watch_with_ancestors(project, &rel, &mut out.watched);
+        out.named.insert(rel);
+    }
+    // Nested inside another protected path: already read-only.
+    let all: Vec<PathBuf> = mounts.iter().cloned().collect();
+    mounts.retain(|p| !all.iter().any(|q| q != p && p.starts_with(q)));
+    out.mounts = mounts.into_iter().collect();
+    out
+}
+
+fn watch_with_ancestors(project: &Path, rel: &Path, watched: &mut BTreeMap<PathBuf, Option<u64>>) {
+    let mut cur = PathBuf::new();
+    for c in rel.components() {
+        cur.push(c);
+        watched
+            .entry(cur.clone())
+            .or_insert_with(|| fingerprint_at(&project.join(&cur)));
+    }
+}
+
+/// A hooks directory with anything in it that git would run (not a `*.sample`).
+fn has_active_hook(dir: &Path) -> bool {
+    git::HOOK_NAMES
+        .iter()
+        .any(|name| dir.join(name).symlink_metadata().is_ok_and(|m| !m.is_dir()))
+}
+
+/// What changed on the host between two scans, by path (relative). Directories count only
+/// when they appear, vanish or change mode; their contents are listed themselves.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HostChanges {
+    pub paths: Vec<PathBuf>,
+    /// One of the scans stopped at [`MAX_ENTRIES`]: there may be more.
+    pub incomplete: bool,
+}
+
+pub fn changes(before: &Scan, after: &Scan) -> HostChanges {
+    let mut paths = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    let (a, b) = (&before.entries, &after.entries);
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x.0 == y.0 => {
+                if x.1 != y.1 {
+                    paths.push(y.0.clone());
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(x), Some(y)) if x.0 < y.0 => {
+                paths.push(x.0.clone());
+                i += 1;
+            }
+            (Some(x), None) => {
+                paths.push(x.0.clone());
+                i += 1;
+            }
+            (_, Some(y)) => {
+                paths.push(y.0.clone());
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    HostChanges {
+        paths,
+        incomplete: before.truncated || after.truncated,
+    }
+}
+
+/// Everything recorded about a bind-mounted project before its session.
+#[derive(Debug, Default)]
+pub struct Baseline {
+    pub scan: Scan,
+    pub protection: Protection,
+}
+
+impl PartialEq for Baseline {
+    fn eq(&self, other: &Self) -> bool {
+        self.scan.entries == other.scan.entries && self.protection == other.protection
+    }
+}
+
+impl Baseline {
+    pub fn take(project: &Path) -> Baseline {
+        let scan = scan(project);
+        let protection = protection(project, &scan);
+        Baseline { scan, protection }
+    }
+}
+
+/// What the host found after a session.
+#[derive(Debug, Default)]
+pub struct HostCheck {
+    pub warnings: Vec<String>,
+    /// Every path that changed, by the host's own scan.
+    pub changes: HostChanges,
+}
+
+/// Check a project against its baseline: quarantine git metadata that appeared and protected
+/// paths that are no longer what they were, and list every change. Run it only when nothing
+/// of the sandbox runs any more.
+pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
+    let after = scan(project);
+    let mut suspects: BTreeMap<PathBuf, String> = BTreeMap::new();
+    for new in after.git.difference(&before.scan.git) {
+        suspects.insert(new.clone(), "git metadata the session created".into());
+    }
+    let watched = &before.protection.watched;
+    for rel in &before.protection.named {
+        // Inside a read-only mount nothing can change from the sandbox, and the mount point
+        // itself cannot be renamed or removed (EBUSY): only the directories above it can. What
+        // changed in there changed on the host (the user, meanwhile) and is not ours to move.
+        let mount = before.protection.mounts.iter().find(|m| rel.starts_with(m));
+        let changed_on_the_way = rel
+            .ancestors()
+            .filter(|a| !a.as_os_str().is_empty() && mount.is_none_or(|m| !a.starts_with(m)))
+            .find(|a| {
+                watched
+                    .get(*a)
+                    .is_some_and(|fp| *fp != fingerprint_at(&project.join(a)))
+            });
+        let Some(changed) = changed_on_the_way else {
+            continue;
+        };
+        if project.join(rel).symlink_metadata().is_err() {
+            continue;
+        }
+        let why = match (changed == rel.as_path(), watched.get(changed)) {
+            (true, Some(None)) => "a path git would run or read, which did not exist before".to_string(),
+            (true, _) => "a path git would run or read, replaced during the session".to_string(),
+            (false, _) => format!(
+                "a path git would run or read, now reached through {} which the session replaced or renamed",
+                changed.display()
+            ),
+        };
+        suspects.entry(rel.clone()).or_insert(why);
+    }
+    // The outermost of nested suspects carries the rest along.
+    let all: Vec<PathBuf> = suspects.keys().cloned().collect();
+    suspects.retain(|p, _| !all.iter().any(|q| q != p && p.starts_with(q)));
+
+    let mut warnings = Vec::new();
+    let dest = quarantine::session_dir(session);
+    for (rel, why) in &suspects {
+        let shown = quote(rel);
+        match dest
+            .as_ref()
+            .map_err(|e| e.clone())
+            .and_then(|d| quarantine::move_out(project, rel, d).map_err(|e| e.to_string()))
+        {
+            Ok(to) => warnings.push(format!(
+                "{shown}: {why}; moved out of the project to {} so that nothing in it runs on your \
+                 machine. Inspect it there; move it back only if you trust it",
+                to.display()
+            )),
+            Err(e) => warnings.push(format!(
+                "{shown}: {why}, and it could not be moved away ({e}): do not run git in this project \
+                 before inspecting it"
+            )),
+        }
+    }
+    for dir in after.unreadable.iter().filter(|d| !d.as_os_str().is_empty()) {
+        warnings.push(format!(
+            "{} cannot be read, so it was not checked for planted git metadata: inspect it",
+            quote(dir)
+        ));
+    }
+    let changes = changes(&before.scan, &after);
+    if !changes.paths.is_empty() {
+        for hooks in &before.protection.active_hooks {
+            warnings.push(format!(
+                "this repository has git hooks installed ({}); hooks that run the project's own files \
+                 (a hook manager's config, `npm test`, a script) run what the session left there. Review \
+                 the changes before your next commit, or commit once with `git -c core.hooksPath=/dev/null`",
+                hooks.display()
+            ));
+        }
+    }
+    HostCheck { warnings, changes }
+}
+
+/// A path for a message: C-quoted as git quotes names, so no name can forge lines.
+pub fn quote(p: &Path) -> String {
+    crate::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
+}
+
+/// Projects whose post-session check has not run yet: an interruption runs it on the way out.
+type Pending = (PathBuf, std::sync::Arc<Baseline>, String);
+
+fn pending() -> &'static Mutex<Vec<Pending>> {
+    static P: OnceLock<Mutex<Vec<Pending>>> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+/// Holds a bind-mounted project's baseline until [`HostGuard::finish`].
+#[derive(Debug)]
+pub struct HostGuard {
+    project: PathBuf,
+    baseline: std::sync::Arc<Baseline>,
+    session: String,
+}
+
+impl HostGuard {
+    pub fn start(project: &Path, baseline: std::sync::Arc<Baseline>, session: &str) -> HostGuard {
+        pending().lock().unwrap_or_else(|e| e.into_inner()).push((
+            project.to_path_buf(),
+            baseline.clone(),
+            session.to_string(),
+        ));
+        HostGuard {
+            project: project.to_path_buf(),
+            baseline,
+            session: session.to_string(),
+        }
+    }
+
+    /// The check, once: later calls find nothing pending and return `None`.
+    pub fn finish(&self) -> Option<HostCheck> {
+        let mut p = pending().lock().unwrap_or_else(|e| e.into_inner());
+        let before = p.len();
+        p.retain(|(_, _, s)| s != &self.session);
+        if p.len() == before {
+            return None;
+        }
+        drop(p);
+        Some(check(&self.project, &self.baseline, &self.session))
+    }
+}
+
+/// For the interruption path: every project whose check did not run.
+pub fn finish_pending() -> Vec<String> {
+    let all: Vec<Pending> = pending()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    all.iter().flat_map(|(p, b, s)| check(p, b, s).warnings).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_data_dir<T>(f: impl FnOnce(&Path) -> T) -> T {
+        let data = tempfile::tempdir().unwrap();
+        quarantine::set_test_root(data.path());
+        f(data.path())
+    }
+
+    #[test]
+    fn finds_links_leading_outside_but_not_links_within() {
+        let outside = tempfile::tempdir().unwrap();
+        let p = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("cache.py"), "x").unwrap();
+        std::fs::create_dir_all(p.path().join(".venv/lib")).unwrap();
+        std::fs::hard_link(outside.path().join("cache.py"), p.path().join(".venv/lib/mod.py")).unwrap();
+        std::fs::write(p.path().join("a.txt"), "a").unwrap();
+        std::fs::hard_link(p.path().join("a.txt"), p.path().join("b.txt")).unwrap();
+        let s = scan(p.path());
+        assert_eq!(s.linked_outside, [PathBuf::from(".venv/lib/mod.py")]);
+    }
+
+    #[test]
+    fn finds_git_entries_of_every_kind() {
+        let p = tempfile::tempdir().unwrap();
+        let root = p.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("lib/sub")).unwrap();
+        std::fs::write(root.join("lib/sub/.git"), "gitdir: ../../.git/modules/sub").unwrap();
+        std::fs::create_dir_all(root.join("deep/.GIT")).unwrap();
+        std::fs::create_dir_all(root.join("bare/objects")).unwrap();
+        std::fs::create_dir_all(root.join("bare/refs")).unwrap();
+        std::fs::write(root.join("bare/HEAD"), "ref: refs/heads/main").unwrap();
+        // git takes a dangling `HEAD -> refs/heads/main` link, and a `.git` that is a link.
+        std::fs::create_dir_all(root.join("tools/cache/objects")).unwrap();
+        std::fs::create_dir_all(root.join("tools/cache/refs/heads")).unwrap();
+        std::os::unix::fs::symlink("refs/heads/main", root.join("tools/cache/HEAD")).unwrap();
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        std::os::unix::fs::symlink("../tools/cache", root.join("docs/.git")).unwrap();
+        // A linked worktree's git directory: HEAD and commondir only.
+        std::fs::create_dir_all(root.join("wt")).unwrap();
+        std::fs::write(root.join("wt/HEAD"), "ref: refs/heads/x").unwrap();
+        std::fs::write(root.join("wt/commondir"), "../bare").unwrap();
+        let s = scan(root);
+        let git: Vec<&Path> = s.git.iter().map(|p| p.as_path()).collect();
+        assert_eq!(
+            git,
+            [
+                Path::new(".git"),
+                Path::new("bare"),
+                Path::new("deep/.GIT"),
+                Path::new("docs/.git"),
+                Path::new("lib/sub/.git"),
+                Path::new("tools/cache"),
+                Path::new("wt"),
+            ]
+        );
+    }
+
+    #[test]
+    fn config_values_naming_project_paths_are_protected() {
+        let p = tempfile::tempdir().unwrap();
+        let root = p.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join(".husky/_")).unwrap();
+        std::fs::write(root.join("fsmon.sh"), "#!/bin/sh").unwrap();
+        std::fs::write(
+            root.join(".gitconfig-extra"),
+            "[core]\n\tsshCommand = tools/ssh.sh\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join(".git/config"),
+            "[core]\n\thooksPath = .husky/_\n\tfsmonitor = sh fsmon.sh\n[include]\n\tpath = ../.gitconfig-extra\n[remote \"o\"]\n\turl = /elsewhere\n",
+        )
+        .unwrap();
+        let protection = protection(&root, &scan(&root));
+        let want: Vec<PathBuf> = [".git", ".gitconfig-extra", ".husky/_", "fsmon.sh"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(protection.mounts, want);
+        // Named but missing: must still be missing afterwards.
+        for absent in ["tools/ssh.sh", ".husky/_/pre-commit"] {
+            assert_eq!(protection.watched.get(Path::new(absent)), Some(&None), "{absent}");
+        }
+        assert!(
+            protection
+                .watched
+                .get(Path::new(".husky"))
+                .is_some_and(|f| f.is_some())
+        );
+    }
+
+    #[test]
+    fn new_git_metadata_is_moved_out_of_the_project() {
+        with_data_dir(|data| {
+            let p = tempfile::tempdir().unwrap();
+            let root = p.path();
+            std::fs::create_dir_all(root.join(".git")).unwrap();
+            let before = Baseline::take(root);
+            std::fs::create_dir_all(root.join("sub/.git")).unwrap();
+            let check = check(root, &before, "s1");
+            assert_eq!(check.warnings.len(), 1, "{:?}", check.warnings);
+            assert!(!root.join("sub/.git").exists());
+            assert!(data.join("quarantine/s1/sub/.git").is_dir());
+            assert!(root.join(".git").exists(), "the project's own is left alone");
+            assert_eq!(
+                check.changes.paths,
+                [PathBuf::from("sub"), PathBuf::from("sub/.git")]
+            );
+        })
+    }
+
+    #[test]
+    fn a_replaced_or_created_hook_path_is_moved_out() {
+        with_data_dir(|data| {
+            let p = tempfile::tempdir().unwrap();
+            let root = p.path().canonicalize().unwrap();
+            std::fs::create_dir_all(root.join(".git")).unwrap();
+            std::fs::create_dir_all(root.join(".husky/_")).unwrap();
+            std::fs::write(root.join(".husky/_/pre-commit"), "ok").unwrap();
+            std::fs::write(
+                root.join(".git/config"),
+                "[core]\n\thooksPath = .husky/_\n[x]\n\ty = scripts/later.sh\n",
+            )
+            .unwrap();
+            let before = Baseline::take(&root);
+            // The parent renamed (the read-only mount moves with it), a new hook in its place,
+            // and a script created where the config names one.
+            std::fs::rename(root.join(".husky"), root.join(".husky-old")).unwrap();
+            std::fs::create_dir_all(root.join(".husky/_")).unwrap();
+            std::fs::write(root.join(".husky/_/pre-commit"), "evil").unwrap();
+            std::fs::create_dir_all(root.join("scripts")).unwrap();
+            std::fs::write(root.join("scripts/later.sh"), "evil").unwrap();
+            let check = check(&root, &before, "s2");
+            assert!(!root.join(".husky/_/pre-commit").exists(), "{:?}", check.warnings);
+            assert!(!root.join("scripts/later.sh").exists());
+            assert!(data.join("quarantine/s2/scripts/later.sh").is_file());
+            assert_eq!(
+                std::fs::read_to_string(root.join(".husky-old/_/pre-commit")).unwrap(),
+                "ok"
+            );
+            let moved = check
+                .warnings
+                .iter()
+                .filter(|w| w.contains("moved out of the project"))
+                .count();
+            assert_eq!(moved, 2, "{:?}", check.warnings);
+            assert!(
+                check.warnings.iter().any(|w| w.contains("git hooks installed")),
+                "hooks that run project files are warned about: {:?}",
+                check.warnings
+            );
+        })
+    }
+
+    #[test]
+    fn the_quarantine_cannot_complete_a_planted_link() {
+        with_data_dir(|_| {
+            let p = tempfile::tempdir().unwrap();
+            let root = p.path();
+            let before = Baseline::take(root);
+            for d in ["vendor/cache/objects", "vendor/cache/refs", "docs"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            std::fs::write(root.join("vendor/cache/HEAD"), "ref: refs/heads/main").unwrap();
+            std::os::unix::fs::symlink("../vendor/cache-agentbox-quarantine", root.join("docs/.git"))
+                .unwrap();
+            let check = check(root, &before, "s3");
+            assert!(root.join("docs").is_dir());
+            assert!(
+                root.join("docs/.git").symlink_metadata().is_err(),
+                "{:?}",
+                check.warnings
+            );
+            let names: Vec<_> = std::fs::read_dir(root.join("vendor")).unwrap().collect();
+            assert!(names.is_empty(), "nothing left for a link to reach");
+        })
+    }
+
+    #[test]
+    fn the_host_account_sees_ignored_and_changed_files() {
+        let p = tempfile::tempdir().unwrap();
+        let root = p.path();
+        std::fs::create_dir_all(root.join(".venv/lib")).unwrap();
+        std::fs::write(root.join("a.py"), "x").unwrap();
+        std::fs::write(root.join("gone.py"), "x").unwrap();
+        let before = scan(root);
+        std::fs::write(root.join(".venv/lib/evil.pth"), "import os").unwrap();
+        std::fs::remove_file(root.join("gone.py")).unwrap();
+        // Same size, same mtime put back: the change time still tells.
+        let mtime = std::fs::metadata(root.join("a.py")).unwrap().modified().unwrap();
+        std::fs::write(root.join("a.py"), "y").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(root.join("a.py"))
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let got = changes(&before, &scan(root));
+        let want: Vec<PathBuf> = [".venv/lib/evil.pth", "a.py", "gone.py"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(got.paths, want);
+    }
+}

@@ -1,0 +1,403 @@
+//! Hostile repositories, second round: what the host does *after* a bind-mounted run. Each
+//! scenario plants something inside the sandbox (through the model's `bash`, or the
+//! repository's own tests), then runs git on the host the way the user would next — as the
+//! project's owner would, with the repository's own config and hooks — and checks that nothing
+//! ran: the hook or command would `touch "$MARK"`, and `$MARK` is a path only the host knows.
+//!
+//! Every scenario has a control: the same plant made directly on a copy on the host, where
+//! the same git command *does* create the marker. So each test fails if agentbox lets the plant
+//! through, and cannot pass because the attack was wrong.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::json;
+use support::scripted::*;
+use support::*;
+
+/// git on the host after the session. `safe.directory` lets root act in a project the test
+/// user owns (as its owner would); nothing from this machine's own git configs applies.
+fn host_git(dir: &Path, mark: &Path, args: &[&str], global: Option<&Path>) -> Output {
+    Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=agentbox test",
+            "-c",
+            "user.email=test@agentbox.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("MARK", mark)
+        .env("GIT_CONFIG_GLOBAL", global.unwrap_or(Path::new("/dev/null")))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .output()
+        .expect("git")
+}
+
+/// A set-up or control script on the host, with git able to act in the test user's project.
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("sh")
+        .args(["-ec", script])
+        .current_dir(dir)
+        .envs([
+            ("GIT_CONFIG_COUNT", "3"),
+            ("GIT_CONFIG_KEY_0", "safe.directory"),
+            ("GIT_CONFIG_VALUE_0", "*"),
+            ("GIT_CONFIG_KEY_1", "user.name"),
+            ("GIT_CONFIG_VALUE_1", "agentbox test"),
+            ("GIT_CONFIG_KEY_2", "user.email"),
+            ("GIT_CONFIG_VALUE_2", "test@agentbox.invalid"),
+            ("GIT_CONFIG_GLOBAL", "/dev/null"),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+}
+
+/// A committed repository, owned by the test user, set up by `setup` (a shell script run in it).
+fn repo(setup: &str) -> Project {
+    let p = Project::new(&[("a.py", "x = 1\n")]);
+    sh(
+        p.path(),
+        "git init -q && git add -A && \
+         git commit -qm init",
+    );
+    if !setup.is_empty() {
+        sh(p.path(), setup);
+    }
+    p.chown_all();
+    p
+}
+
+struct Marker {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn marker() -> Marker {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("PWNED");
+    Marker { _dir: dir, path }
+}
+
+/// The control: `plant` run on the host in a fresh repository set up the same way, then `git`
+/// there — the marker must appear, or the scenario proves nothing.
+fn control(setup: &str, plant: &str, git_dir: &str, git: &[&str], global: Option<&Path>) {
+    let p = repo(setup);
+    sh(p.path(), plant);
+    let m = marker();
+    let out = host_git(&p.path().join(git_dir), &m.path, git, global);
+    assert!(
+        m.path.exists(),
+        "control: the plant did not run on the host, so the scenario proves nothing: {}",
+        text(&out.stderr)
+    );
+}
+
+/// The plant made through agentbox's sandbox by the model, then the same `git` on the host.
+async fn through_agentbox(
+    project: &Project,
+    plant: &str,
+    git_dir: &str,
+    git: &[&str],
+    env: &[(&str, &str)],
+    global: Option<&Path>,
+) -> (Run, bool) {
+    let run = finish(spawn_run(
+        project,
+        json!([{"tool_calls": [bash(&format!("{plant}\necho planted"))]}, done("done")]),
+        &[],
+        env,
+    ))
+    .await;
+    assert!(
+        run.result(0).1.contains("planted") || run.result(0).2,
+        "{}",
+        run.stderr
+    );
+    let m = marker();
+    let _ = host_git(&project.path().join(git_dir), &m.path, git, global);
+    (run, m.path.exists())
+}
+
+const FSMONITOR_PLANT: &str = r#"mkdir -p tools/cache/objects tools/cache/refs/heads docs
+ln -s refs/heads/main tools/cache/HEAD
+printf '[core]\n\tbare = false\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > tools/cache/config
+ln -s ../tools/cache docs/.git"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_behind_a_git_link_with_a_dangling_head_is_moved_out() {
+    control("", FSMONITOR_PLANT, "docs", &["status"], None);
+    let project = repo("");
+    let (run, ran) = through_agentbox(&project, FSMONITOR_PLANT, "docs", &["status"], &[], None).await;
+    assert!(
+        !ran,
+        "git status on the host ran the planted fsmonitor: {}",
+        run.warnings()
+    );
+    assert!(project.file("docs").is_dir(), "the project's own directory stays");
+    assert!(project.file("docs/.git").symlink_metadata().is_err());
+    assert!(project.file("tools/cache").symlink_metadata().is_err());
+    assert!(
+        run.quarantined("tools/cache/config").is_file(),
+        "recoverable: {}",
+        run.warnings()
+    );
+    assert!(run.quarantined("docs/.git").symlink_metadata().is_ok());
+    let w = run.warnings();
+    assert!(w.contains("docs/.git") && w.contains("tools/cache"), "{w}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_planted_by_the_tests_during_the_final_run_is_caught() {
+    // The repository's own test plants it each time it runs, the final run by agentbox too.
+    let plant_py = format!(
+        "import subprocess\n\ndef test_plant():\n    subprocess.run(['sh', '-c', r'''{FSMONITOR_PLANT}'''], check=False)\n"
+    );
+    let project = repo("");
+    std::fs::write(project.file("test_plant.py"), plant_py).unwrap();
+    project.chown_all();
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [call("run_tests", json!({}))]}, done("tests pass")]),
+        &["--test-cmd", "python3 -m pytest -q -p no:cacheprovider"],
+    )
+    .await;
+    let report = run.report.as_ref().expect("a report");
+    assert_eq!(report["tests"]["passed"], true, "{}", run.stderr);
+    let m = marker();
+    host_git(&project.path().join("docs"), &m.path, &["status"], None);
+    assert!(
+        !m.path.exists(),
+        "the plant of the final test run ran on the host"
+    );
+    assert!(run.warnings().contains("docs/.git"), "{}", run.warnings());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quarantine_cannot_complete_a_link_to_itself() {
+    let plant = r#"mkdir -p vendor/cache/objects vendor/cache/refs docs
+echo 'ref: refs/heads/main' > vendor/cache/HEAD
+printf '[core]\n\tbare = false\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > vendor/cache/config
+ln -s ../vendor/cache-agentbox-quarantine docs/.git"#;
+    // The control names the link's target as it is, which is what the old quarantine made.
+    control(
+        "",
+        &plant.replace("cache-agentbox-quarantine", "cache"),
+        "docs",
+        &["status"],
+        None,
+    );
+    let project = repo("");
+    let (run, ran) = through_agentbox(&project, plant, "docs", &["status"], &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+    let left: Vec<_> = std::fs::read_dir(project.file("vendor")).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "nothing a link in the project could reach: {left:?}"
+    );
+}
+
+const HOOK: &str = r#"printf '#!/bin/sh\ntouch "$MARK"\n'"#;
+
+fn commit_after(plant: &str) -> String {
+    format!("{plant}\necho change >> a.py")
+}
+
+const COMMIT: &[&str] = &["commit", "-qam", "after the session"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hooks_path_reached_through_a_renamed_parent_is_moved_out() {
+    let setup = "mkdir -p .husky/_ && printf '#!/bin/sh\\nexit 0\\n' > .husky/_/pre-commit && \
+                 chmod +x .husky/_/pre-commit && git config core.hooksPath .husky/_";
+    let plant = commit_after(&format!(
+        "mv .husky .husky-old && mkdir -p .husky/_ && {HOOK} > .husky/_/pre-commit && chmod +x .husky/_/pre-commit"
+    ));
+    control(setup, &plant, ".", COMMIT, None);
+    let project = repo(setup);
+    let (run, ran) = through_agentbox(&project, &plant, ".", COMMIT, &[], None).await;
+    assert!(!ran, "the commit ran the planted hook: {}", run.warnings());
+    assert!(
+        run.quarantined(".husky/_/pre-commit").is_file(),
+        "{}",
+        run.warnings()
+    );
+    assert!(
+        project.file(".husky-old/_/pre-commit").is_file(),
+        "the original is left where it was moved"
+    );
+    assert!(
+        run.warnings().contains("which the session replaced or renamed"),
+        "{}",
+        run.warnings()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huskys_hook_scripts_one_level_up_are_read_only() {
+    // husky v9: core.hooksPath = .husky/_, whose `h` runs the hook script in .husky/.
+    let setup = r#"mkdir -p .husky/_
+printf '#!/bin/sh\nn=$(basename "$0"); s="$(dirname "$(dirname "$0")")/$n"; [ -f "$s" ] && sh -e "$s"\n' > .husky/_/h
+printf '#!/bin/sh\n. "$(dirname "$0")/h"\n' > .husky/_/pre-commit
+printf 'exit 0\n' > .husky/pre-commit
+chmod +x .husky/_/h .husky/_/pre-commit
+git config core.hooksPath .husky/_"#;
+    let plant = commit_after(r#"printf 'touch "$MARK"\n' > .husky/pre-commit"#);
+    control(setup, &plant, ".", COMMIT, None);
+    let project = repo(setup);
+    let (run, ran) = through_agentbox(&project, &plant, ".", COMMIT, &[], None).await;
+    assert!(!ran, "{}", run.result(0).1);
+    assert!(
+        run.result(0).1.contains("Read-only file system"),
+        "{}",
+        run.result(0).1
+    );
+    assert_eq!(project.read(".husky/pre-commit"), "exit 0\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_included_config_created_by_the_session_is_moved_out() {
+    let setup = "git config include.path ../team.gitconfig";
+    let plant = commit_after(&format!(
+        "printf '[core]\\n\\thooksPath = .githooks\\n' > team.gitconfig && mkdir -p .githooks && \
+         {HOOK} > .githooks/pre-commit && chmod +x .githooks/pre-commit"
+    ));
+    control(setup, &plant, ".", COMMIT, None);
+    let project = repo(setup);
+    let (run, ran) = through_agentbox(&project, &plant, ".", COMMIT, &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+    assert!(run.quarantined("team.gitconfig").is_file(), "{}", run.warnings());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_worktrees_hooks_path_from_the_main_repository_is_watched() {
+    // The project is a linked worktree of a repository elsewhere, whose config sets a
+    // relative hooks path: relative to each worktree, so inside the project.
+    let make = || {
+        let main = tempfile::tempdir().unwrap();
+        sh(
+            main.path(),
+            "git init -q && echo x > x && git add x && git \
+             commit -qm init && git config core.hooksPath .githooks",
+        );
+        let project = Project::new(&[]);
+        let out = Command::new("git")
+            .args(["-C"])
+            .arg(main.path())
+            .args(["worktree", "add", "-q", "-f", "-b", "wt"])
+            .arg(project.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::write(project.file("a.py"), "x = 1\n").unwrap();
+        sh(project.path(), "git add a.py && git commit -qm a");
+        project.chown_all();
+        (main, project)
+    };
+    let plant = commit_after(&format!(
+        "mkdir -p .githooks && {HOOK} > .githooks/pre-commit && chmod +x .githooks/pre-commit"
+    ));
+    {
+        let (_main, p) = make();
+        sh(p.path(), &plant);
+        let m = marker();
+        host_git(p.path(), &m.path, COMMIT, None);
+        assert!(m.path.exists(), "control: the worktree's hook did not run");
+    }
+    let (_main, project) = make();
+    let (run, ran) = through_agentbox(&project, &plant, ".", COMMIT, &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+    assert!(run.quarantined(".githooks").is_dir(), "{}", run.warnings());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hooks_path_that_did_not_exist_must_still_not_exist() {
+    let setup = "git config core.hooksPath hooks";
+    let plant = commit_after(&format!(
+        "mkdir -p hooks && {HOOK} > hooks/pre-commit && chmod +x hooks/pre-commit"
+    ));
+    control(setup, &plant, ".", COMMIT, None);
+    let project = repo(setup);
+    let (run, ran) = through_agentbox(&project, &plant, ".", COMMIT, &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+    assert!(
+        run.quarantined("hooks/pre-commit").is_file(),
+        "{}",
+        run.warnings()
+    );
+    assert!(
+        run.warnings().contains("which did not exist before"),
+        "{}",
+        run.warnings()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_own_relative_hooks_path_is_watched_too() {
+    // `core.hooksPath = .githooks` in the user's global config: every repository's .githooks.
+    let home = tempfile::tempdir().unwrap();
+    let global = home.path().join(".gitconfig");
+    std::fs::write(&global, "[core]\n\thooksPath = .githooks\n").unwrap();
+    let plant = commit_after(&format!(
+        "mkdir -p .githooks && {HOOK} > .githooks/pre-commit && chmod +x .githooks/pre-commit"
+    ));
+    control("", &plant, ".", COMMIT, Some(&global));
+    let project = repo("");
+    let home_s = home.path().to_str().unwrap();
+    let (run, ran) =
+        through_agentbox(&project, &plant, ".", COMMIT, &[("HOME", home_s)], Some(&global)).await;
+    assert!(!ran, "{}", run.warnings());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_the_diff_cannot_show_are_reported_from_the_hosts_own_scan() {
+    let project = repo(
+        "printf '.venv/\\n' > .gitignore && git add .gitignore && \
+                        git commit -qm ignore && \
+                        mkdir -p .venv/lib/python3.11/site-packages",
+    );
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash(
+            "echo 'import os; os.system(\"touch /tmp/x\")' > .venv/lib/python3.11/site-packages/evil.pth && echo ok"
+        )]}, done("nothing to see")]),
+        &[],
+    )
+    .await;
+    let report = run.report.as_ref().unwrap();
+    assert_eq!(
+        report["changed_files"],
+        json!([]),
+        "git ignores it: the diff is empty"
+    );
+    let outside = report["changed_outside_diff"]["paths"].to_string();
+    assert!(
+        outside.contains(".venv/lib/python3.11/site-packages/evil.pth"),
+        "{}",
+        report["changed_outside_diff"]
+    );
+
+    // When the in-sandbox diff fails, the report says so and the host's scan lists the change.
+    let project = repo("");
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash("rm -rf /run/agentbox/baseline.git; echo y = 2 >> a.py; echo ok")]}, done("x")]),
+        &[],
+    )
+    .await;
+    let report = run.report.as_ref().unwrap();
+    assert!(report["diff_error"].is_string(), "{report}");
+    assert!(
+        report["changed_outside_diff"]["paths"]
+            .to_string()
+            .contains("a.py"),
+        "{report}"
+    );
+}
