@@ -166,7 +166,7 @@ async fn round_trips(n: usize) {
                 )
                 .await;
             t_read.push(ms(t.elapsed()));
-            assert!(!r.is_error, "{}", r.content);
+            assert!(!r.is_error(), "{}", r.content());
             let (old, new) = if i % 2 == 0 {
                 ("alpha", "beta")
             } else {
@@ -180,7 +180,7 @@ async fn round_trips(n: usize) {
                 )
                 .await;
             t_edit.push(ms(t.elapsed()));
-            assert!(!r.is_error, "{}", r.content);
+            assert!(!r.is_error(), "{}", r.content());
         }
         row(&format!("`true` round trip: {label}"), &stats(t_true), "ms", "");
         row(
@@ -543,8 +543,8 @@ async fn big_repo(n: usize) {
             let t = Instant::now();
             let r = tools.dispatch(&c, &ctx).await;
             xs.push(t.elapsed().as_secs_f64());
-            assert!(!r.is_error, "{}", r.content);
-            size = r.content.len();
+            assert!(!r.is_error(), "{}", r.content());
+            size = r.content().len();
         }
         row(label, &stats(xs), "s", &format!("result {size} bytes"));
     }

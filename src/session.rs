@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::agent::{Agent, AgentConfig, LoopResult, Stop, baseline, detect, prime, prompt};
+use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop, baseline, detect, prime, prompt};
 use crate::commands::{open_sandbox, open_spec};
 use crate::config::AgentSettings;
 use crate::config::IsolateSettings;
@@ -297,9 +297,11 @@ impl Session {
         let (outcome, summary, error) = match &result.stop {
             Stop::Answered(text) => (Outcome::Finished, Some(text.clone()), None),
             Stop::StepLimit => (Outcome::StepLimit, None, None),
-            Stop::Fatal(e) => (Outcome::Error, None, Some(e.clone())),
+            Stop::Fatal(e) => (Outcome::Error, None, Some(e.to_string())),
         };
-        let sandbox_alive = !matches!(&result.stop, Stop::Fatal(e) if e.contains("container"));
+        // After a sandbox failure nothing more can run in it; after a model failure it is
+        // still there, and the tests and the diff are still worth having.
+        let sandbox_alive = !matches!(&result.stop, Stop::Fatal(Fatal::Sandbox(_)));
         let tests = if sandbox_alive {
             self.verify().await
         } else {

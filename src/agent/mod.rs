@@ -7,14 +7,17 @@ pub mod prime;
 pub mod prompt;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::{Instrument, info_span};
 
 use crate::events::{Event, EventSink};
 use crate::model::{
-    Block, Message, ModelClient, Request, Role, StopReason, ToolCall, ToolChoice, ToolResult, Usage,
+    Block, Message, ModelClient, ModelError, Request, Role, StopReason, ToolCall, ToolChoice, ToolResult,
+    Usage,
 };
+use crate::sandbox::SandboxError;
 use crate::tools::{Dispatched, ToolContext, ToolRegistry};
 
 /// Fault injection for the interruption tests (`AGENTBOX_FAULT=panic-after-tool`): proves a
@@ -65,12 +68,24 @@ impl Default for AgentConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// What ended a run early, typed, so that callers decide by what failed rather than by the
+/// words of its message.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fatal {
+    /// The sandbox failed: nothing more can run in it.
+    #[error(transparent)]
+    Sandbox(Arc<SandboxError>),
+    /// The model API failed (after its retries).
+    #[error(transparent)]
+    Model(Arc<ModelError>),
+}
+
+#[derive(Debug, Clone)]
 pub enum Stop {
     /// The model's final answer (its text, or the `finish` tool's summary).
     Answered(String),
     StepLimit,
-    Fatal(String),
+    Fatal(Fatal),
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +115,15 @@ struct LoopState {
     verify_left: u32,
     /// Calls made since the project last changed: (name, arguments) → the step and result.
     seen: HashMap<(String, String), (u32, String)>,
+    usage: Usage,
+}
+
+/// The model's next turn, as the loop sees it.
+enum Next {
+    Turn(crate::model::Turn),
+    /// The server could not read the reply as a tool call: the model is told, as a step.
+    Unreadable,
+    Fatal(Fatal),
 }
 
 impl Agent<'_> {
@@ -107,10 +131,15 @@ impl Agent<'_> {
     /// user's message) and receives every turn, so a chat can continue it.
     pub async fn run(&self, messages: &mut Vec<Message>) -> LoopResult {
         let specs = self.tools.specs(self.ctx.settings);
-        let mut usage = Usage::default();
         let mut state = LoopState {
             verify_left: self.config.verify_finish,
             seen: HashMap::new(),
+            usage: Usage::default(),
+        };
+        let end = |stop, steps, state: LoopState| LoopResult {
+            stop,
+            steps,
+            usage: state.usage,
         };
         for step in 1..=self.config.max_steps {
             let request = Request {
@@ -121,46 +150,14 @@ impl Agent<'_> {
                 temperature: self.config.temperature,
                 max_tokens: self.config.max_tokens,
             };
-            let mut turn = match self.ask(step, &request, &mut usage).await {
-                Ok(Some(t)) => t,
-                Ok(None) => {
+            let turn = match self.next_turn(step, &request, &mut state).await {
+                Next::Turn(t) => t,
+                Next::Unreadable => {
                     messages.push(Message::user_text(UNPARSABLE_REPLY));
                     continue;
                 }
-                Err(e) => {
-                    return LoopResult {
-                        stop: Stop::Fatal(e),
-                        steps: step,
-                        usage,
-                    };
-                }
+                Next::Fatal(e) => return end(Stop::Fatal(e), step, state),
             };
-            let mut resampled = 0;
-            while resampled < self.config.resample_repeats && self.only_repeats(&turn, &state) {
-                resampled += 1;
-                self.events.emit(&Event::Note {
-                    message: format!(
-                        "the model repeated a call with nothing changed since; asking again at temperature {} ({resampled} of {})",
-                        self.config.resample_temperature, self.config.resample_repeats
-                    ),
-                });
-                let again = Request {
-                    temperature: Some(self.config.resample_temperature),
-                    ..request.clone()
-                };
-                turn = match self.ask(step, &again, &mut usage).await {
-                    Ok(Some(t)) => t,
-                    // Keep the repeat: it is answered "not run" below.
-                    Ok(None) => break,
-                    Err(e) => {
-                        return LoopResult {
-                            stop: Stop::Fatal(e),
-                            steps: step,
-                            usage,
-                        };
-                    }
-                };
-            }
             let calls = turn.tool_calls();
             messages.push(Message::assistant(turn.content.clone()));
 
@@ -178,73 +175,96 @@ impl Agent<'_> {
                     messages.push(Message::user_text(failure));
                     continue;
                 }
-                return LoopResult {
-                    stop: Stop::Answered(turn.text()),
-                    steps: step,
-                    usage,
-                };
+                return end(Stop::Answered(turn.text()), step, state);
             }
 
-            let mut results = Vec::with_capacity(calls.len());
-            let mut finished = None;
-            let mut fatal = None;
-            for (i, call) in calls.iter().enumerate() {
-                // Every call gets a result with its id, run or not: the API requires it.
-                let (content, is_error) = if fatal.is_some() {
-                    (
-                        "not run: the sandbox failed earlier in this turn".to_string(),
-                        true,
-                    )
-                } else if i >= self.config.max_calls_per_turn {
-                    let msg = format!(
-                        "not run: {} tool calls in one turn; at most {} are run per turn",
-                        calls.len(),
-                        self.config.max_calls_per_turn
-                    );
-                    (msg, true)
-                } else {
-                    let done = self.run_call(step, call, &mut state).await;
-                    if fault("panic-after-tool") {
-                        panic!("fault injected by AGENTBOX_FAULT=panic-after-tool");
-                    }
-                    if done.finish.is_some() {
-                        finished = done.finish;
-                    }
-                    if done.fatal.is_some() {
-                        fatal = done.fatal;
-                    }
-                    (done.content, done.is_error)
-                };
-                results.push(Block::ToolResult(ToolResult {
-                    call_id: call.id.clone(),
-                    content,
-                    is_error,
-                }));
-            }
+            let (results, stop) = self.run_calls(step, &calls, &mut state).await;
             messages.push(Message {
                 role: Role::User,
                 content: results,
             });
-            if let Some(error) = fatal {
-                return LoopResult {
-                    stop: Stop::Fatal(error),
-                    steps: step,
-                    usage,
-                };
-            }
-            if let Some(summary) = finished {
-                return LoopResult {
-                    stop: Stop::Answered(summary),
-                    steps: step,
-                    usage,
-                };
+            if let Some(stop) = stop {
+                return end(stop, step, state);
             }
         }
-        LoopResult {
-            stop: Stop::StepLimit,
-            steps: self.config.max_steps,
-            usage,
+        end(Stop::StepLimit, self.config.max_steps, state)
+    }
+
+    /// Ask for the next turn; with the repeat guard and `resample_repeats`, ask again (hotter)
+    /// while every call of the reply only repeats an earlier one.
+    async fn next_turn(&self, step: u32, request: &Request, state: &mut LoopState) -> Next {
+        let mut turn = match self.ask(step, request, &mut state.usage).await {
+            Ok(Some(t)) => t,
+            Ok(None) => return Next::Unreadable,
+            Err(e) => return Next::Fatal(e),
+        };
+        let mut resampled = 0;
+        while resampled < self.config.resample_repeats && self.only_repeats(&turn, state) {
+            resampled += 1;
+            self.events.emit(&Event::Note {
+                message: format!(
+                    "the model repeated a call with nothing changed since; asking again at temperature {} ({resampled} of {})",
+                    self.config.resample_temperature, self.config.resample_repeats
+                ),
+            });
+            let again = Request {
+                temperature: Some(self.config.resample_temperature),
+                ..request.clone()
+            };
+            turn = match self.ask(step, &again, &mut state.usage).await {
+                Ok(Some(t)) => t,
+                // Keep the repeat: it is answered "not run".
+                Ok(None) => break,
+                Err(e) => return Next::Fatal(e),
+            };
         }
+        Next::Turn(turn)
+    }
+
+    /// Run the calls of one turn in order. Every call gets a result with its id, run or not
+    /// (the APIs require it): past the per-turn cap, or after the sandbox failed, "not run".
+    /// The stop, when a call ended the run.
+    async fn run_calls(
+        &self,
+        step: u32,
+        calls: &[ToolCall],
+        state: &mut LoopState,
+    ) -> (Vec<Block>, Option<Stop>) {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut stop = None;
+        for (i, call) in calls.iter().enumerate() {
+            let (content, is_error) = if matches!(stop, Some(Stop::Fatal(_))) {
+                (
+                    "not run: the sandbox failed earlier in this turn".to_string(),
+                    true,
+                )
+            } else if i >= self.config.max_calls_per_turn {
+                let msg = format!(
+                    "not run: {} tool calls in one turn; at most {} are run per turn",
+                    calls.len(),
+                    self.config.max_calls_per_turn
+                );
+                (msg, true)
+            } else {
+                let done = self.run_call(step, call, state).await;
+                if fault("panic-after-tool") {
+                    panic!("fault injected by AGENTBOX_FAULT=panic-after-tool");
+                }
+                let result = (done.content().into_owned(), done.is_error());
+                match done {
+                    Dispatched::Fatal(e) => stop = Some(Stop::Fatal(Fatal::Sandbox(Arc::new(e)))),
+                    Dispatched::Finish { summary, .. } => stop = Some(Stop::Answered(summary)),
+                    Dispatched::Output(_) | Dispatched::Error(_) => {}
+                }
+                result
+            };
+            results.push(Block::ToolResult(ToolResult {
+                call_id: call.id.clone(),
+                content,
+                is_error,
+            }));
+        }
+        (results, stop)
     }
 
     /// One model turn, recorded; its usage added to `usage`. `None` when the server could not
@@ -254,7 +274,7 @@ impl Agent<'_> {
         step: u32,
         request: &Request,
         usage: &mut Usage,
-    ) -> Result<Option<crate::model::Turn>, String> {
+    ) -> Result<Option<crate::model::Turn>, Fatal> {
         self.events.emit(&Event::ModelRequest { step, request });
         let started = Instant::now();
         let turn = match self
@@ -270,7 +290,7 @@ impl Agent<'_> {
                 });
                 return Ok(None);
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Fatal::Model(Arc::new(e))),
         };
         usage.add(&turn.usage);
         self.events.emit(&Event::ModelResponse {
@@ -304,16 +324,11 @@ impl Agent<'_> {
         };
         let was_repeat = repeated.is_some();
         let mut done = match repeated {
-            Some((at, before)) => Dispatched {
-                content: format!(
-                    "not run: you made this exact call at step {at} and nothing has changed since, so the \
-                     result would be the same:\n{}\nDo something different.",
-                    crate::tools::clip(&before, 300)
-                ),
-                is_error: true,
-                finish: None,
-                fatal: None,
-            },
+            Some((at, before)) => Dispatched::Error(format!(
+                "not run: you made this exact call at step {at} and nothing has changed since, so the \
+                 result would be the same:\n{}\nDo something different.",
+                crate::tools::clip(&before, 300)
+            )),
             None => {
                 self.tools
                     .dispatch(call, &self.ctx)
@@ -321,30 +336,25 @@ impl Agent<'_> {
                     .await
             }
         };
-        if done.finish.is_some()
+        if matches!(done, Dispatched::Finish { .. })
             && let Some(failure) = self.refuse_finish(state).await
         {
-            done = Dispatched {
-                content: failure,
-                is_error: true,
-                finish: None,
-                fatal: None,
-            };
+            done = Dispatched::Error(failure);
         }
         if self.config.repeat_guard && !was_repeat {
             // A successful edit or command may have changed anything: forget what was seen.
-            if matches!(call.name.as_str(), "edit_file" | "bash") && !done.is_error {
+            if matches!(call.name.as_str(), "edit_file" | "bash") && !done.is_error() {
                 state.seen.clear();
             } else {
-                state.seen.insert(key, (step, done.content.clone()));
+                state.seen.insert(key, (step, done.content().into_owned()));
             }
         }
         self.events.emit(&Event::ToolFinished {
             step,
             call_id: &call.id,
             name: &call.name,
-            content: &done.content,
-            is_error: done.is_error,
+            content: &done.content(),
+            is_error: done.is_error(),
             elapsed_ms: t0.elapsed().as_millis() as u64,
         });
         done
@@ -376,3 +386,6 @@ impl Agent<'_> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;

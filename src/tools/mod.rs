@@ -27,9 +27,9 @@ pub enum ToolError {
     /// Goes back to the model as an error result.
     #[error("{0}")]
     RespondToModel(String),
-    /// Ends the run.
-    #[error("{0}")]
-    Fatal(String),
+    /// The sandbox failed: no later command can succeed either, so the run stops.
+    #[error(transparent)]
+    Fatal(SandboxError),
 }
 
 impl From<FsError> for ToolError {
@@ -44,7 +44,7 @@ impl From<FsError> for ToolError {
 impl From<SandboxError> for ToolError {
     /// A sandbox error means no later command can succeed either: the run stops.
     fn from(e: SandboxError) -> Self {
-        ToolError::Fatal(e.to_string())
+        ToolError::Fatal(e)
     }
 }
 
@@ -159,13 +159,31 @@ pub fn render_command(command: &str, out: &ExecOutput) -> String {
     s
 }
 
-/// The outcome of one call, ready to go back to the model.
+/// The outcome of one call.
 #[derive(Debug)]
-pub struct Dispatched {
-    pub content: String,
-    pub is_error: bool,
-    pub finish: Option<String>,
-    pub fatal: Option<String>,
+pub enum Dispatched {
+    /// The tool ran; its output goes back to the model.
+    Output(String),
+    /// Told to the model as an error; the loop goes on.
+    Error(String),
+    /// `finish`: the run is over, with the model's summary.
+    Finish { content: String, summary: String },
+    /// The sandbox failed: the run stops.
+    Fatal(SandboxError),
+}
+
+impl Dispatched {
+    /// What the model is sent as the call's result.
+    pub fn content(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Dispatched::Output(c) | Dispatched::Error(c) | Dispatched::Finish { content: c, .. } => c.into(),
+            Dispatched::Fatal(e) => format!("the sandbox failed: {e}").into(),
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Dispatched::Error(_) | Dispatched::Fatal(_))
+    }
 }
 
 pub struct ToolRegistry {
@@ -208,12 +226,7 @@ impl ToolRegistry {
     }
 
     pub async fn dispatch(&self, call: &ToolCall, ctx: &ToolContext<'_>) -> Dispatched {
-        let error = |content: String| Dispatched {
-            content,
-            is_error: true,
-            finish: None,
-            fatal: None,
-        };
+        let error = Dispatched::Error;
         let args = match &call.arguments {
             ToolArgs::Invalid { raw, error: why } if call.name == MALFORMED => {
                 return error(format!(
@@ -248,19 +261,13 @@ impl ToolRegistry {
             }
         };
         match tool.call(args, ctx).await {
-            Ok(out) => Dispatched {
-                content: out.content,
-                is_error: false,
-                finish: out.finish,
-                fatal: None,
-            },
+            Ok(ToolOutput {
+                content,
+                finish: Some(summary),
+            }) => Dispatched::Finish { content, summary },
+            Ok(out) => Dispatched::Output(out.content),
             Err(ToolError::RespondToModel(msg)) => error(msg),
-            Err(ToolError::Fatal(msg)) => Dispatched {
-                content: format!("the sandbox failed: {msg}"),
-                is_error: true,
-                finish: None,
-                fatal: Some(msg),
-            },
+            Err(ToolError::Fatal(e)) => Dispatched::Fatal(e),
         }
     }
 }
