@@ -1,7 +1,7 @@
 //! The end-of-run report: what the model said, what actually changed, and whether the tests
 //! pass when the harness runs them itself.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::Usage;
 use crate::sandbox::hostscan::{self, HostCheck};
@@ -15,7 +15,7 @@ pub mod exit {
     pub const ERROR: u8 = 4;
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The model gave its final answer.
@@ -85,6 +85,23 @@ pub struct Report {
     /// `--apply`: the paths written and deleted on the host, or why nothing was.
     pub applied: Option<Vec<String>>,
     pub apply_error: Option<String>,
+}
+
+impl Outcome {
+    /// The name in JSON and in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Finished => "finished",
+            Outcome::StepLimit => "step_limit",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Report {

@@ -147,7 +147,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
             }
             let mark = if result.fixed {
                 "fixed"
-            } else if result.exit_reason == "error" {
+            } else if result.exit_reason == crate::report::Outcome::Error {
                 "ERROR"
             } else {
                 "not fixed"

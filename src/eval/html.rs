@@ -47,7 +47,7 @@ impl Kind {
     fn of(r: &TaskResult) -> Kind {
         if r.fixed {
             Kind::Fixed
-        } else if r.exit_reason == "error" {
+        } else if r.exit_reason == crate::report::Outcome::Error {
             Kind::Error
         } else if r.tests_changed {
             Kind::TestsChanged

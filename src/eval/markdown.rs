@@ -50,7 +50,7 @@ pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
                 r.exit_reason,
                 e.replace('|', "\\|").chars().take(80).collect::<String>()
             ),
-            None => r.exit_reason.clone(),
+            None => r.exit_reason.to_string(),
         };
         s.push_str(&format!(
             "| {} | {} | {tests} | {} | {} | {}/{} | {cost} | {:.1} | {ended} |\n",

@@ -144,8 +144,8 @@ pub struct TaskResult {
     pub output_tokens: u64,
     pub cost_usd: Option<f64>,
     pub wall_secs: f64,
-    /// finished, step_limit or error.
-    pub exit_reason: String,
+    /// How the run ended: finished, step_limit or error.
+    pub exit_reason: Outcome,
     pub error: Option<String>,
     pub model: String,
     pub summary: Option<String>,
@@ -231,7 +231,7 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         output_tokens: 0,
         cost_usd: None,
         wall_secs: started.elapsed().as_secs_f64(),
-        exit_reason: "error".into(),
+        exit_reason: Outcome::Error,
         error: Some(error),
         model: String::new(),
         summary: None,
@@ -285,12 +285,7 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         output_tokens: report.usage.output_tokens,
         cost_usd: report.cost_usd,
         wall_secs: started.elapsed().as_secs_f64(),
-        exit_reason: match report.outcome {
-            Outcome::Finished => "finished",
-            Outcome::StepLimit => "step_limit",
-            Outcome::Error => "error",
-        }
-        .into(),
+        exit_reason: report.outcome,
         error: report.error.or(changes_error),
         model: report.model,
         summary: report.summary,
@@ -348,7 +343,7 @@ pub fn totals(results: &[TaskResult]) -> Totals {
     Totals {
         tasks: results.len(),
         fixed: results.iter().filter(|r| r.fixed).count(),
-        errors: results.iter().filter(|r| r.exit_reason == "error").count(),
+        errors: results.iter().filter(|r| r.exit_reason == Outcome::Error).count(),
         tests_changed: results.iter().filter(|r| r.tests_changed).count(),
         input_tokens: results.iter().map(|r| r.input_tokens).sum(),
         output_tokens: results.iter().map(|r| r.output_tokens).sum(),
@@ -441,7 +436,7 @@ mod tests {
             output_tokens: 1,
             cost_usd: None,
             wall_secs: 1.0,
-            exit_reason: "finished".into(),
+            exit_reason: Outcome::Finished,
             error: None,
             model: "m".into(),
             summary: None,
