@@ -19,7 +19,7 @@ pub fn main() -> ExitCode {
     let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
-            eprintln!("agentbox: error: {e}");
+            errln!("agentbox: error: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -27,7 +27,7 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("agentbox: cannot start the async runtime: {e}");
+            errln!("agentbox: cannot start the async runtime: {e}");
             return ExitCode::from(EXIT_AGENTBOX_ERROR);
         }
     };
@@ -72,7 +72,7 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
             Ok(Ok(code)) => code,
             Ok(Err(err)) => report_error(&err, error_code),
             Err(join) if join.is_panic() => {
-                eprintln!("agentbox: internal error (panic); removing the sandbox");
+                errln!("agentbox: internal error (panic); removing the sandbox");
                 101
             }
             Err(_) => error_code,
@@ -83,13 +83,13 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     remove_live_containers().await;
     // A session cut short did not get to check its project for planted git metadata.
     for w in crate::sandbox::hostscan::finish_pending() {
-        eprintln!("agentbox: WARNING: {w}");
+        errln!("agentbox: WARNING: {w}");
     }
     code
 }
 
 async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, name: &str, code: u8) -> u8 {
-    eprintln!("\nagentbox: {name} received; stopping and removing the sandbox");
+    errln!("\nagentbox: {name} received; stopping and removing the sandbox");
     // Dropping the command's future drops its sandbox: the keep-alive connection closes and the
     // explicit removal after this makes it certain. Edits are atomic renames, so a file is
     // either edited or not.
@@ -111,7 +111,7 @@ fn error_code_for(command: &Command) -> u8 {
 }
 
 fn report_error(err: &anyhow::Error, code: u8) -> u8 {
-    eprintln!("agentbox: error: {err:#}");
+    errln!("agentbox: error: {err:#}");
     if err.downcast_ref::<UsageError>().is_some() {
         EXIT_USAGE
     } else {

@@ -237,16 +237,6 @@ pub struct AgentArgs {
     #[arg(long)]
     pub no_shell: bool,
 
-    /// Write every request, response, tool call and result to FILE as JSON lines (secrets
-    /// redacted).
-    #[arg(long, value_name = "FILE")]
-    pub trajectory: Option<PathBuf>,
-
-    /// Show each edit as a diff and each shell command, and ask before running it; "n" is sent
-    /// to the model as a refusal.
-    #[arg(long)]
-    pub approve: bool,
-
     /// Put the file list, the failing test output and the source files in the first message.
     #[arg(long)]
     pub prime: bool,
@@ -285,10 +275,28 @@ pub struct AgentArgs {
     pub small_model: bool,
 }
 
+/// Settings of one session watched by a person: `run`, `chat` and `demo` (not `eval`, which
+/// writes a trajectory per task and cannot ask anyone).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SessionArgs {
+    /// Write every request, response, tool call and result to FILE as JSON lines (secrets
+    /// redacted).
+    #[arg(long, value_name = "FILE")]
+    pub trajectory: Option<PathBuf>,
+
+    /// Show each edit as a diff and each shell command, and ask before running it; "n" is sent
+    /// to the model as a refusal.
+    #[arg(long)]
+    pub approve: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
+
+    #[command(flatten)]
+    pub session: SessionArgs,
 
     /// Print the final report as JSON on stdout (progress stays on stderr).
     #[arg(long)]
@@ -321,6 +329,9 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
 
+    #[command(flatten)]
+    pub session: SessionArgs,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 }
@@ -329,6 +340,9 @@ pub struct ChatArgs {
 pub struct DemoArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
+
+    #[command(flatten)]
+    pub session: SessionArgs,
 
     /// Print the final report as JSON on stdout.
     #[arg(long)]

@@ -195,6 +195,11 @@ impl ModelConfig {
         if provider == Provider::Scripted && args.script.is_none() && !per_task_scripts {
             return Err(UsageError("--provider scripted needs --script FILE".into()));
         }
+        if let Some(script) = &args.script
+            && !script.is_file()
+        {
+            return Err(UsageError(format!("--script {}: no such file", script.display())));
+        }
         let base_url = args
             .base_url
             .clone()
@@ -279,6 +284,22 @@ pub struct IsolateSettings {
     pub apply: bool,
 }
 
+/// The project a command was given must be an existing directory: said as a usage error
+/// (exit 2) before any model or sandbox work starts.
+pub fn project_arg(path: &std::path::Path) -> Result<(), UsageError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(UsageError(format!(
+            "project path {} is not a directory",
+            path.display()
+        ))),
+        Err(_) => Err(UsageError(format!(
+            "project path {} does not exist",
+            path.display()
+        ))),
+    }
+}
+
 /// Everything `run`, `chat` and `demo` need, resolved and validated.
 #[derive(Debug, Clone)]
 pub struct AgentSettings {
@@ -321,8 +342,12 @@ impl Default for Aids {
 }
 
 impl AgentSettings {
-    pub fn from_args(args: &AgentArgs) -> Result<Self, UsageError> {
-        Self::resolve(args, false)
+    /// For a session a person watches (`run`, `chat`, `demo`).
+    pub fn from_args(args: &AgentArgs, session: &crate::cli::SessionArgs) -> Result<Self, UsageError> {
+        let mut settings = Self::resolve(args, false)?;
+        settings.trajectory = session.trajectory.clone();
+        settings.approve = session.approve;
+        Ok(settings)
     }
 
     pub fn resolve(args: &AgentArgs, per_task_scripts: bool) -> Result<Self, UsageError> {
@@ -353,8 +378,8 @@ impl AgentSettings {
             max_steps: args.max_steps,
             test_cmd: args.test_cmd.clone(),
             shell: !args.no_shell,
-            trajectory: args.trajectory.clone(),
-            approve: args.approve,
+            trajectory: None,
+            approve: false,
             aids: Aids {
                 prime: args.prime || small,
                 protect_tests: args.protect_tests || small,
@@ -390,7 +415,7 @@ mod tests {
         let Command::Run(run) = Cli::parse_from(argv).command else {
             panic!()
         };
-        AgentSettings::from_args(&run.agent).unwrap()
+        AgentSettings::from_args(&run.agent, &run.session).unwrap()
     }
 
     /// The usage error of `agentbox run ARGS... p`.
@@ -399,7 +424,7 @@ mod tests {
         let Command::Run(run) = Cli::parse_from(argv).command else {
             panic!()
         };
-        AgentSettings::from_args(&run.agent).unwrap_err().0
+        AgentSettings::from_args(&run.agent, &run.session).unwrap_err().0
     }
 
     #[test]

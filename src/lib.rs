@@ -2,6 +2,9 @@
 //!
 //! The library exists so integration tests and benchmarks drive the same code the binary runs.
 
+#[macro_use]
+mod output;
+
 pub mod agent;
 pub mod app;
 pub mod cli;

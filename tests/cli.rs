@@ -285,3 +285,78 @@ async fn gc_removes_leftovers_of_dead_processes_only() {
     );
     assert!(!container_exists(&docker, &created.id).await);
 }
+
+#[test]
+fn new_users_edges_are_usage_errors_and_quiet_pipes() {
+    // A missing project is a usage error for the agent commands (exec keeps its 125).
+    for cmd in ["run", "chat"] {
+        let out = run(agentbox()
+            .args([cmd, "--provider", "openai", "--base-url", "http://127.0.0.1:9/v1"])
+            .arg("/definitely/not/here"));
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("project path /definitely/not/here does not exist"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    let out = run(agentbox().args(["eval", "--provider", "scripted", "/definitely/not/here"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // A missing script is a usage error too, said before any sandbox starts.
+    let project = Project::new(&[("a.py", "x = 1\n")]);
+    let out = run(agentbox()
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--script",
+            "/definitely/not/here.json",
+        ])
+        .arg(project.path()));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--script /definitely/not/here.json: no such file"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Each subcommand's help lists only what it accepts.
+    let help = text(&run(agentbox().args(["eval", "--help"])).stdout);
+    assert!(
+        !help.contains("--approve") && !help.contains("--trajectory"),
+        "{help}"
+    );
+    let help = text(&run(agentbox().args(["run", "--help"])).stdout);
+    assert!(
+        help.contains("--approve") && help.contains("--trajectory"),
+        "{help}"
+    );
+
+    // A reader that goes away (`agentbox run ... | head -0`) is not a crash: the run finishes,
+    // cleans up and exits with its own status.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"[{"tool_calls": [{"name": "bash", "arguments": {"command": "seq 1 3000"}}]}, {"text": "done"}]"#,
+    )
+    .unwrap();
+    let mut child = agentbox()
+        .args(["run", "--provider", "scripted", "--test-cmd", "true", "--script"])
+        .arg(&script)
+        .arg(project.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error"),
+        "{err}"
+    );
+}

@@ -14,10 +14,11 @@ const HELP: &str = "Type a request for the agent. Commands: /diff (what changed)
                     /exit (or Ctrl-D) to end.";
 
 pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
-    let settings = AgentSettings::from_args(&args.agent)?;
+    crate::config::project_arg(&args.project)?;
+    let settings = AgentSettings::from_args(&args.agent, &args.session)?;
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
-    eprintln!("{HELP}");
+    errln!("{HELP}");
     let mut messages: Vec<Message> = Vec::new();
     let mut code = 0;
     while let Some(line) = read_line("you> ").await {
@@ -25,27 +26,27 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
         match line.as_str() {
             "" => continue,
             "/exit" | "/quit" => break,
-            "/help" => eprintln!("{HELP}"),
+            "/help" => errln!("{HELP}"),
             "/diff" => match session.diff().await {
-                Ok(d) if d.is_empty() => println!("(no changes)"),
-                Ok(d) => print!("{}", for_terminal(&d)),
-                Err(e) => eprintln!("diff unavailable: {e}"),
+                Ok(d) if d.is_empty() => outln!("(no changes)"),
+                Ok(d) => out!("{}", for_terminal(&d)),
+                Err(e) => errln!("diff unavailable: {e}"),
             },
-            "/tests" => println!("{}", for_terminal(&run_tests_now(&session).await)),
+            "/tests" => outln!("{}", for_terminal(&run_tests_now(&session).await)),
             _ => {
                 messages.push(Message::user_text(line));
                 let result = session.agent().run(&mut messages).await;
                 match result.stop {
-                    Stop::Answered(text) => println!("\nagent> {}\n", for_terminal(text.trim())),
+                    Stop::Answered(text) => outln!("\nagent> {}\n", for_terminal(text.trim())),
                     Stop::StepLimit => {
-                        eprintln!(
+                        errln!(
                             "agentbox: stopped at the step limit ({} steps) for this request",
                             settings.max_steps
                         );
                         // Leave the conversation answerable: the next message follows tool results.
                     }
                     Stop::Fatal(e) => {
-                        eprintln!("agentbox: error: {e}");
+                        errln!("agentbox: error: {e}");
                         code = exit::ERROR;
                         break;
                     }
@@ -58,7 +59,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
     });
     let warnings = session.close().await.map(|c| c.warnings).unwrap_or_default();
     for w in warnings {
-        eprintln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
+        errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
     }
     Ok(code)
 }

@@ -33,13 +33,13 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
         std::fs::write(script_file.path(), SCRIPT)?;
         model.provider = Some(Provider::Scripted);
         model.script = Some(script_file.path().to_path_buf());
-        eprintln!(
+        errln!(
             "agentbox demo: no API key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENAI_BASE_URL), so this \
              is a SCRIPTED REPLAY of a model's turns, not a live model. The sandbox, the tools, the diff \
              and the final test run are all real.\n"
         );
     }
-    let settings = AgentSettings::from_args(&args.agent)?;
+    let settings = AgentSettings::from_args(&args.agent, &args.session)?;
 
     let temp = tempfile::Builder::new().prefix("agentbox-demo-").tempdir()?;
     let dir: PathBuf = match &args.dir {
@@ -55,19 +55,19 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
     for (name, body) in FILES {
         std::fs::write(dir.join(name), body)?;
     }
-    eprintln!(
+    errln!(
         "agentbox demo: a copy of the example (3 of its 5 tests fail) is in {}\n",
         dir.display()
     );
     let report = run_task(&settings, &dir, DEFAULT_TASK).await?;
     print_report(&report, args.json, settings.model.secrets())?;
     if replay {
-        eprintln!(
+        errln!(
             "\nagentbox demo: that was a scripted replay. Set ANTHROPIC_API_KEY (or OPENAI_API_KEY) to watch a live model."
         );
     }
     if args.dir.is_some() {
-        eprintln!("agentbox demo: the fixed copy is in {}", dir.display());
+        errln!("agentbox demo: the fixed copy is in {}", dir.display());
     }
     Ok(report.exit_code)
 }

@@ -30,9 +30,9 @@ impl Report {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        println!("[{mark}] {what}: {}", detail.as_ref());
+        outln!("[{mark}] {what}: {}", detail.as_ref());
         if let Some(fix) = fix {
-            println!("       fix: {fix}");
+            outln!("       fix: {fix}");
         }
         if level == Level::Fail {
             self.problems += 1;
@@ -112,10 +112,10 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<u8> {
     }
 
     if r.problems == 0 {
-        println!("\nall checks passed");
+        outln!("\nall checks passed");
         Ok(0)
     } else {
-        println!("\n{} problem(s) found", r.problems);
+        outln!("\n{} problem(s) found", r.problems);
         Ok(1)
     }
 }

@@ -32,14 +32,6 @@ fn bar(p: &Progress, total: usize, started: Instant) -> String {
 }
 
 pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
-    if args.agent.approve {
-        return Err(UsageError("--approve asks on the terminal, which does not fit an eval".into()).into());
-    }
-    if args.agent.trajectory.is_some() {
-        return Err(
-            UsageError("eval writes one trajectory per task into --out; drop --trajectory".into()).into(),
-        );
-    }
     let base = AgentSettings::resolve(&args.agent, true)?;
     let mut tasks = eval::discover(&args.tasks_dir)?;
     if !args.tasks.is_empty() {
@@ -92,7 +84,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
     let docker = connect_docker().await?;
     ensure_image(&docker, &base.sandbox.image, &mut stderr_progress).await?;
 
-    eprintln!(
+    errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",
         tasks.len(),
         args.tasks_dir.display(),
@@ -143,7 +135,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
             }
             if let Err(e) = log.append(&result) {
-                eprintln!("\nagentbox eval: cannot record {}: {e}", result.task);
+                errln!("\nagentbox eval: cannot record {}: {e}", result.task);
             }
             let mark = if result.fixed {
                 "fixed"
@@ -172,7 +164,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
     }
     ticker.abort();
     if tty {
-        eprint!("\r\x1b[2K");
+        err!("\r\x1b[2K");
     }
 
     let all: Vec<TaskResult> = {
@@ -196,7 +188,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
         out.root.join("report.html"),
         eval::html::report(&title, &model, &all, &totals, &out),
     )?;
-    println!(
+    outln!(
         "{} of {} fixed ({} with changed tests, {} errors); median {:.1}s per task; this run: {} task(s) in {:.1}s",
         totals.fixed,
         totals.tasks,
@@ -206,7 +198,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
         total,
         started.elapsed().as_secs_f64()
     );
-    println!(
+    outln!(
         "results: {}\nsummary: {}\nreport:  {}",
         out.results().display(),
         out.root.join("summary.md").display(),

@@ -22,15 +22,15 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
     sandbox.shutdown().await?;
     let warnings = sandbox.check_host().map(|c| c.warnings).unwrap_or_default();
     for w in warnings {
-        eprintln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
+        errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
     }
     let out = result?;
 
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.stdout.to_text().as_bytes())?;
-    stdout.flush()?;
+    reader_gone_is_fine(stdout.write_all(out.stdout.to_text().as_bytes()))?;
+    reader_gone_is_fine(stdout.flush())?;
     let mut stderr = std::io::stderr().lock();
-    stderr.write_all(out.stderr.to_text().as_bytes())?;
+    reader_gone_is_fine(stderr.write_all(out.stderr.to_text().as_bytes()))?;
     if out.truncated() {
         writeln!(
             stderr,
@@ -53,4 +53,13 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
         u8::try_from(out.exit_code).unwrap_or(1)
     };
     Ok(code)
+}
+
+/// A reader that stopped reading (`agentbox exec ... | head`) is not a failure of the command;
+/// any other write error (a full disk behind a redirect) still is.
+fn reader_gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
 }

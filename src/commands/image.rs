@@ -23,23 +23,24 @@ async fn build(args: ImageBuildArgs) -> anyhow::Result<u8> {
     })?;
     let docker = connect_docker().await?;
     if !args.force && image_exists(&docker, known.tag).await? {
-        println!("{} already exists (--force rebuilds it)", known.tag);
+        outln!("{} already exists (--force rebuilds it)", known.tag);
         return Ok(0);
     }
     let started = std::time::Instant::now();
     if args.offline {
-        eprintln!("building {} offline from Debian packages", known.tag);
+        errln!("building {} offline from Debian packages", known.tag);
         build_offline(&docker, known, args.mirror.as_deref(), &mut stderr_progress).await?;
     } else {
-        eprintln!(
+        errln!(
             "building {} through Docker from images/{}/Dockerfile",
-            known.tag, known.name
+            known.tag,
+            known.name
         );
         build_with_docker(&docker, known, &mut stderr_progress).await.map_err(|e| {
             anyhow::anyhow!("{e}\nwithout a container registry, build it from Debian packages: agentbox image build --offline")
         })?;
     }
-    println!("built {} in {:.0}s", known.tag, started.elapsed().as_secs_f64());
+    outln!("built {} in {:.0}s", known.tag, started.elapsed().as_secs_f64());
     Ok(0)
 }
 
@@ -51,7 +52,7 @@ async fn list() -> anyhow::Result<u8> {
         } else {
             "missing"
         };
-        println!(
+        outln!(
             "{:<10} {:<22} {state}  ({})",
             k.name,
             k.tag,

@@ -11,7 +11,8 @@ use crate::session::{Session, event_sinks};
 pub const DEFAULT_TASK: &str = "The test suite is failing. Find out why and fix the code.";
 
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let mut settings = AgentSettings::from_args(&args.agent)?;
+    crate::config::project_arg(&args.project)?;
+    let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
     if args.isolate {
         settings.isolate = Some(IsolateSettings {
             exclude: Vec::new(),
@@ -51,9 +52,9 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
 pub fn print_report(report: &Report, json: bool, secrets: Vec<String>) -> anyhow::Result<()> {
     let redactor = Redactor::new(secrets);
     if json {
-        println!("{}", redactor.redact(&serde_json::to_string_pretty(report)?));
+        outln!("{}", redactor.redact(&serde_json::to_string_pretty(report)?));
     } else {
-        print!("{}", for_terminal(&redactor.redact(&report.render(200))));
+        out!("{}", for_terminal(&redactor.redact(&report.render(200))));
     }
     Ok(())
 }
