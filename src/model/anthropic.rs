@@ -2,7 +2,8 @@
 
 use async_trait::async_trait;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::retry::post_json;
 use super::{
@@ -50,62 +51,149 @@ impl Anthropic {
     }
 }
 
-/// The request body. Cache breakpoints on the tool definitions, the system prompt and the
-/// newest message: an agent resends the whole conversation every step.
-pub fn request_body(model: &str, req: &Request) -> Value {
-    let ephemeral = json!({"type": "ephemeral"});
-    let mut tools: Vec<Value> = req
-        .tools
-        .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-        .collect();
-    if let Some(last) = tools.last_mut() {
-        last["cache_control"] = ephemeral.clone();
-    }
-    let mut messages: Vec<Value> = req.messages.iter().filter_map(message).collect();
-    if let Some(last) = messages
-        .last_mut()
-        .and_then(|m| m["content"].as_array_mut())
-        .and_then(|c| c.last_mut())
-    {
-        last["cache_control"] = ephemeral.clone();
-    }
-    let mut body = json!({
-        "model": model,
-        "max_tokens": req.max_tokens,
-        "system": [{"type": "text", "text": req.system, "cache_control": ephemeral}],
-        "messages": messages,
-    });
-    if !tools.is_empty() {
-        body["tools"] = Value::Array(tools);
-        body["tool_choice"] = match req.tool_choice {
-            ToolChoice::Auto => json!({"type": "auto"}),
-            ToolChoice::Required => json!({"type": "any"}),
-        };
-    }
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    body
+/// The request body, as the API defines it: a misspelt field does not compile.
+#[derive(Debug, Serialize)]
+pub struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: [SystemBlock<'a>; 1],
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
 }
 
-fn message(m: &Message) -> Option<Value> {
-    let content: Vec<Value> = m
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum CacheControl {
+    Ephemeral,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum SystemBlock<'a> {
+    Text {
+        text: &'a str,
+        cache_control: CacheControl,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireToolChoice {
+    Auto,
+    /// Some tool, the model's choice: what `required` means here.
+    Any,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireBlock<'a> {
+    #[serde(flatten)]
+    content: WireContent<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireContent<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+}
+
+/// The request body. Cache breakpoints on the tool definitions, the system prompt and the
+/// newest message: an agent resends the whole conversation every step.
+pub fn request_body<'a>(model: &'a str, req: &'a Request) -> Body<'a> {
+    let mut tools: Vec<WireTool> = req
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+            cache_control: None,
+        })
+        .collect();
+    if let Some(last) = tools.last_mut() {
+        last.cache_control = Some(CacheControl::Ephemeral);
+    }
+    let mut messages: Vec<WireMessage> = req.messages.iter().filter_map(message).collect();
+    if let Some(last) = messages.last_mut().and_then(|m| m.content.last_mut()) {
+        last.cache_control = Some(CacheControl::Ephemeral);
+    }
+    let tool_choice = (!tools.is_empty()).then_some(match req.tool_choice {
+        ToolChoice::Auto => WireToolChoice::Auto,
+        ToolChoice::Required => WireToolChoice::Any,
+    });
+    Body {
+        model,
+        max_tokens: req.max_tokens,
+        system: [SystemBlock::Text {
+            text: &req.system,
+            cache_control: CacheControl::Ephemeral,
+        }],
+        messages,
+        tools,
+        tool_choice,
+        temperature: req.temperature,
+    }
+}
+
+fn message(m: &Message) -> Option<WireMessage<'_>> {
+    let content: Vec<WireBlock> = m
         .content
         .iter()
         .filter_map(|b| match b {
             // The API refuses empty text blocks.
             Block::Text { text } if text.trim().is_empty() => None,
-            Block::Text { text } => Some(json!({"type": "text", "text": text})),
-            Block::ToolCall(c) => Some(
-                json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments.to_object()}),
-            ),
-            Block::ToolResult(r) => Some(json!({
-                "type": "tool_result",
-                "tool_use_id": r.call_id,
-                "content": if r.content.is_empty() { "(no output)" } else { r.content.as_str() },
-                "is_error": r.is_error,
-            })),
+            Block::Text { text } => Some(WireContent::Text { text }),
+            Block::ToolCall(c) => Some(WireContent::ToolUse {
+                id: &c.id,
+                name: &c.name,
+                input: c.arguments.to_object(),
+            }),
+            Block::ToolResult(r) => Some(WireContent::ToolResult {
+                tool_use_id: &r.call_id,
+                content: if r.content.is_empty() {
+                    "(no output)"
+                } else {
+                    &r.content
+                },
+                is_error: r.is_error,
+            }),
+        })
+        .map(|content| WireBlock {
+            content,
+            cache_control: None,
         })
         .collect();
     if content.is_empty() {
@@ -115,56 +203,77 @@ fn message(m: &Message) -> Option<Value> {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
-    Some(json!({"role": role, "content": content}))
+    Some(WireMessage { role, content })
+}
+
+#[derive(Debug, Deserialize)]
+struct WireResponse {
+    content: Vec<ResponseBlock>,
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Option<Value>,
+    },
+    /// Thinking and other blocks are not part of the conversation we keep.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
 }
 
 pub fn parse_response(body: &[u8]) -> Result<Turn, ModelError> {
-    let bad = |message: String| ModelError::BadResponse {
+    let v: WireResponse = serde_json::from_slice(body).map_err(|e| ModelError::BadResponse {
         provider: "anthropic",
-        message,
-    };
-    let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON ({e})")))?;
-    let blocks = v
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad("no content array".into()))?;
-    let mut content = Vec::new();
-    for b in blocks {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => content.push(Block::Text {
-                text: b["text"].as_str().unwrap_or_default().to_string(),
-            }),
-            Some("tool_use") => {
-                let id = b["id"]
-                    .as_str()
-                    .ok_or_else(|| bad("tool_use without an id".into()))?;
-                let name = b["name"]
-                    .as_str()
-                    .ok_or_else(|| bad("tool_use without a name".into()))?;
-                content.push(Block::ToolCall(ToolCall {
-                    id: id.to_string(),
-                    name: name.to_string(),
-                    arguments: ToolArgs::Json(b.get("input").cloned().unwrap_or(json!({}))),
-                }));
-            }
-            // Thinking and other blocks are not part of the conversation we keep.
-            _ => {}
-        }
-    }
-    let stop = match v.get("stop_reason").and_then(Value::as_str) {
+        message: super::body_error("a Messages response", &e),
+    })?;
+    let content = v
+        .content
+        .into_iter()
+        .filter_map(|b| match b {
+            ResponseBlock::Text { text } => Some(Block::Text { text }),
+            ResponseBlock::ToolUse { id, name, input } => Some(Block::ToolCall(ToolCall {
+                id,
+                name,
+                arguments: ToolArgs::Json(input.unwrap_or_else(|| Value::Object(Default::default()))),
+            })),
+            ResponseBlock::Other => None,
+        })
+        .collect();
+    let stop = match v.stop_reason.as_deref() {
         Some("end_turn") | Some("stop_sequence") => StopReason::EndTurn,
         Some("tool_use") => StopReason::ToolUse,
         Some("max_tokens") => StopReason::MaxTokens,
         Some(other) => StopReason::Other(other.to_string()),
         None => StopReason::Other("none".into()),
     };
-    let u = &v["usage"];
-    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
     let usage = Usage {
-        input_tokens: n("input_tokens"),
-        output_tokens: n("output_tokens"),
-        cache_read_tokens: n("cache_read_input_tokens"),
-        cache_write_tokens: n("cache_creation_input_tokens"),
+        input_tokens: v.usage.input_tokens,
+        output_tokens: v.usage.output_tokens,
+        cache_read_tokens: v.usage.cache_read_input_tokens,
+        cache_write_tokens: v.usage.cache_creation_input_tokens,
     };
     Ok(Turn { content, stop, usage })
 }
@@ -199,6 +308,7 @@ impl ModelClient for Anthropic {
 mod tests {
     use super::*;
     use crate::model::{ToolResult, ToolSpec};
+    use serde_json::json;
 
     fn request() -> Request {
         Request {
@@ -235,7 +345,8 @@ mod tests {
 
     #[test]
     fn the_request_has_cache_breakpoints_and_no_empty_text() {
-        let body = request_body("claude-x", &request());
+        let request = request();
+        let body = serde_json::to_value(request_body("claude-x", &request)).unwrap();
         assert_eq!(body["tools"][0]["cache_control"]["type"], "ephemeral");
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
         assert_eq!(body["tool_choice"]["type"], "any");
@@ -246,6 +357,29 @@ mod tests {
         assert_eq!(result["tool_use_id"], "toolu_1");
         assert_eq!(result["is_error"], false);
         assert_eq!(result["cache_control"]["type"], "ephemeral");
+        // The whole body, as the API documents it.
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-x",
+                "max_tokens": 1000,
+                "system": [{"type": "text", "text": "be careful", "cache_control": {"type": "ephemeral"}}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "fix it"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}}
+                    ]},
+                    {"role": "user", "content": [{
+                        "type": "tool_result", "tool_use_id": "toolu_1", "content": "1 x", "is_error": false,
+                        "cache_control": {"type": "ephemeral"}
+                    }]}
+                ],
+                "tools": [{"name": "read_file", "description": "Read", "input_schema": {"type": "object"},
+                           "cache_control": {"type": "ephemeral"}}],
+                "tool_choice": {"type": "any"},
+                "temperature": 0.0
+            })
+        );
     }
 
     #[test]

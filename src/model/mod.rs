@@ -263,6 +263,14 @@ pub enum ModelError {
     Config(String),
 }
 
+/// Why a response body could not be read: not JSON at all, or JSON of the wrong shape.
+pub fn body_error(what: &str, e: &serde_json::Error) -> String {
+    match e.classify() {
+        serde_json::error::Category::Data => format!("not {what} ({e})"),
+        _ => format!("invalid JSON ({e})"),
+    }
+}
+
 /// A model provider. Implementations translate [`Request`] and [`Turn`] to their wire format.
 #[async_trait]
 pub trait ModelClient: Send + Sync {

@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::retry::post_json;
 use super::{
@@ -52,24 +53,95 @@ impl OpenAi {
     }
 }
 
-pub fn request_body(model: &str, req: &Request, official: bool) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": req.system})];
+/// The request body, as the API defines it: a misspelt field does not compile.
+#[derive(Debug, Serialize)]
+pub struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    /// OpenAI's own newer models take `max_completion_tokens`; compatible servers `max_tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        /// `null` when the turn is only tool calls.
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: String,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// The model's own text, sent back verbatim (even when it was not valid JSON).
+    arguments: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+pub fn request_body<'a>(model: &'a str, req: &'a Request, official: bool) -> Body<'a> {
+    let mut messages = vec![WireMessage::System { content: &req.system }];
     for m in &req.messages {
         match m.role {
             Role::Assistant => {
                 let text = m.text();
-                let calls: Vec<Value> = m
+                let tool_calls = m
                     .tool_calls()
-                    .map(|c| {
-                        json!({"id": c.id, "type": "function",
-                               "function": {"name": c.name, "arguments": c.arguments.to_json_text()}})
+                    .map(|c| WireCall {
+                        id: &c.id,
+                        kind: "function",
+                        function: WireFunctionCall {
+                            name: &c.name,
+                            arguments: c.arguments.to_json_text(),
+                        },
                     })
                     .collect();
-                let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
-                if !calls.is_empty() {
-                    msg["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(msg);
+                messages.push(WireMessage::Assistant {
+                    content: (!text.is_empty()).then_some(text),
+                    tool_calls,
+                });
             }
             Role::User => {
                 // Tool results are messages of their own; any text follows them.
@@ -80,37 +152,96 @@ pub fn request_body(model: &str, req: &Request, official: bool) -> Value {
                         } else {
                             r.content.clone()
                         };
-                        messages.push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content}));
+                        messages.push(WireMessage::Tool {
+                            tool_call_id: &r.call_id,
+                            content,
+                        });
                     }
                 }
                 let text = m.text();
                 if !text.is_empty() {
-                    messages.push(json!({"role": "user", "content": text}));
+                    messages.push(WireMessage::User { content: text });
                 }
             }
         }
     }
-    let mut body = json!({"model": model, "messages": messages});
-    body[if official {
-        "max_completion_tokens"
-    } else {
-        "max_tokens"
-    }] = json!(req.max_tokens);
-    if !req.tools.is_empty() {
-        body["tools"] = req
-            .tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
-            .collect();
-        body["tool_choice"] = json!(match req.tool_choice {
-            ToolChoice::Auto => "auto",
-            ToolChoice::Required => "required",
-        });
+    let tools: Vec<WireTool> = req
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.input_schema,
+            },
+        })
+        .collect();
+    let tool_choice = (!tools.is_empty()).then_some(match req.tool_choice {
+        ToolChoice::Auto => "auto",
+        ToolChoice::Required => "required",
+    });
+    Body {
+        model,
+        messages,
+        max_tokens: (!official).then_some(req.max_tokens),
+        max_completion_tokens: official.then_some(req.max_tokens),
+        tools,
+        tool_choice,
+        temperature: req.temperature,
     }
-    if let Some(t) = req.temperature {
-        body["temperature"] = json!(t);
-    }
-    body
+}
+
+#[derive(Debug, Deserialize)]
+struct WireResponse {
+    choices: Vec<WireChoice>,
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireChoice {
+    message: WireReply,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireReply {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<WireReplyCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireReplyCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: WireReplyFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireReplyFunction {
+    name: String,
+    /// A JSON string per the API; some local servers send the object itself.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
 }
 
 pub fn parse_response(body: &[u8]) -> Result<Turn, ModelError> {
@@ -118,66 +249,47 @@ pub fn parse_response(body: &[u8]) -> Result<Turn, ModelError> {
         provider: "openai",
         message,
     };
-    let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON ({e})")))?;
-    let choice = v.pointer("/choices/0").ok_or_else(|| bad("no choices".into()))?;
-    let msg = choice
-        .get("message")
-        .ok_or_else(|| bad("no message in the choice".into()))?;
+    let v: WireResponse =
+        serde_json::from_slice(body).map_err(|e| bad(super::body_error("a chat completion", &e)))?;
+    let choice = v
+        .choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| bad("no choices".into()))?;
     let mut content = Vec::new();
-    if let Some(text) = msg
-        .get("content")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-    {
-        content.push(Block::Text {
-            text: text.to_string(),
-        });
+    if let Some(text) = choice.message.content.filter(|t| !t.is_empty()) {
+        content.push(Block::Text { text });
     }
     let mut seen = HashSet::new();
-    for (i, c) in msg
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let name = c
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("tool call without a name".into()))?;
+    for (i, c) in choice.message.tool_calls.into_iter().enumerate() {
         // Some local servers send no ids, or repeat them; every call needs its own.
-        let mut id = c
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let mut id = c.id.unwrap_or_default();
         if id.is_empty() || !seen.insert(id.clone()) {
             id = format!("call_{i}");
             seen.insert(id.clone());
         }
-        let arguments = match c.pointer("/function/arguments") {
-            Some(Value::String(s)) => ToolArgs::parse(s),
-            Some(obj @ Value::Object(_)) => ToolArgs::Json(obj.clone()),
-            _ => ToolArgs::Json(json!({})),
+        let arguments = match c.function.arguments {
+            Some(Value::String(s)) => ToolArgs::parse(&s),
+            Some(obj @ Value::Object(_)) => ToolArgs::Json(obj),
+            _ => ToolArgs::Json(Value::Object(Default::default())),
         };
         content.push(Block::ToolCall(ToolCall {
             id,
-            name: name.to_string(),
+            name: c.function.name,
             arguments,
         }));
     }
-    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
+    let stop = match choice.finish_reason.as_deref() {
         Some("stop") => StopReason::EndTurn,
         Some("tool_calls") | Some("function_call") => StopReason::ToolUse,
         Some("length") => StopReason::MaxTokens,
         Some(other) => StopReason::Other(other.to_string()),
         None => StopReason::Other("none".into()),
     };
-    let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-    let cached = n("/usage/prompt_tokens_details/cached_tokens");
+    let cached = v.usage.prompt_tokens_details.map_or(0, |d| d.cached_tokens);
     let usage = Usage {
-        input_tokens: n("/usage/prompt_tokens").saturating_sub(cached),
-        output_tokens: n("/usage/completion_tokens"),
+        input_tokens: v.usage.prompt_tokens.saturating_sub(cached),
+        output_tokens: v.usage.completion_tokens,
         cache_read_tokens: cached,
         cache_write_tokens: 0,
     };
@@ -217,6 +329,7 @@ impl ModelClient for OpenAi {
 mod tests {
     use super::*;
     use crate::model::{Message, ToolResult, ToolSpec};
+    use serde_json::json;
 
     #[test]
     fn tool_results_become_tool_messages() {
@@ -247,7 +360,7 @@ mod tests {
             temperature: None,
             max_tokens: 100,
         };
-        let body = request_body("m", &req, false);
+        let body = serde_json::to_value(request_body("m", &req, false)).unwrap();
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs[0]["role"], "system");
         assert_eq!(msgs[2]["content"], Value::Null);
@@ -261,11 +374,9 @@ mod tests {
         );
         assert_eq!(body["tool_choice"], "required");
         assert_eq!(body["max_tokens"], 100);
-        assert!(
-            request_body("m", &req, true)
-                .get("max_completion_tokens")
-                .is_some()
-        );
+        let official = serde_json::to_value(request_body("m", &req, true)).unwrap();
+        assert_eq!(official["max_completion_tokens"], 100);
+        assert!(official.get("max_tokens").is_none());
     }
 
     #[test]

@@ -128,7 +128,7 @@ pub async fn post_json(
     client: &reqwest::Client,
     url: &str,
     headers: HeaderMap,
-    body: &serde_json::Value,
+    body: &impl serde::Serialize,
     policy: &RetryPolicy,
     on_retry: Option<&RetryObserver>,
 ) -> Result<bytes::Bytes, ModelError> {
