@@ -48,13 +48,22 @@ async fn agentbox_async(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("spawn agentbox");
+    let pid = child.id().unwrap();
     if let Some(input) = stdin {
         use tokio::io::AsyncWriteExt;
         let mut pipe = child.stdin.take().unwrap();
         pipe.write_all(input.as_bytes()).await.unwrap();
         drop(pipe);
     }
-    child.wait_with_output().await.unwrap()
+    let out = child.wait_with_output().await.unwrap();
+    // Whatever happened, nothing of this run is left behind.
+    let docker = docker().await;
+    let gone = eventually(std::time::Duration::from_secs(30), || async {
+        containers_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a container of agentbox pid {pid} outlived the run");
+    out
 }
 
 fn tool_results(body: &Value) -> Vec<Value> {
