@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::model::{Request, ToolCall, Turn};
+use crate::model::{Block, Request, StopReason, ToolCall, Turn, Usage};
 use crate::report::Report;
 
 #[derive(Debug, Serialize)]
@@ -398,6 +398,70 @@ impl Drop for StatusInner {
     }
 }
 
+/// A trajectory line read back, as the eval report shows it: the owned mirror of the
+/// [`Event`]s it shows, with the same tag and field names. Everything else is `Other`.
+/// `tests::recorded_events_read_back_what_the_writer_wrote` writes real events and reads them
+/// back, so a field or variant misspelt here fails there rather than vanishing from reports.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Recorded {
+    ModelResponse {
+        step: u32,
+        turn: RecordedTurn,
+        elapsed_ms: u64,
+        estimated_usage: bool,
+    },
+    ToolStarted {
+        step: u32,
+        call: ToolCall,
+    },
+    ToolFinished {
+        step: u32,
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+        elapsed_ms: u64,
+    },
+    Verifying {
+        command: String,
+    },
+    /// The events the report does not show (and any a later version adds).
+    #[serde(other)]
+    Other,
+}
+
+/// [`Turn`] read back (the model layer's `Turn` is written, never read).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RecordedTurn {
+    pub content: Vec<Block>,
+    pub stop: StopReason,
+    pub usage: Usage,
+}
+
+/// The events of one trajectory file.
+#[derive(Debug, Default)]
+pub struct Trajectory {
+    pub events: Vec<Recorded>,
+    /// Lines that are not an event this version can read: the last line of a killed run, or
+    /// a file written by another version.
+    pub unreadable: usize,
+}
+
+impl Trajectory {
+    pub fn read(path: &Path) -> std::io::Result<Trajectory> {
+        let text = std::fs::read_to_string(path)?;
+        let mut t = Trajectory::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match serde_json::from_str::<Recorded>(line) {
+                Ok(e) => t.events.push(e),
+                Err(_) => t.unreadable += 1,
+            }
+        }
+        Ok(t)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +497,117 @@ mod tests {
         assert_eq!(v["event"], "note");
         assert_eq!(v["message"], "has [REDACTED] inside");
         assert!(v["ts"].as_f64().unwrap() > 1.0e9);
+    }
+
+    #[test]
+    fn recorded_events_read_back_what_the_writer_wrote() {
+        use crate::model::{Role, ToolArgs};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TrajectoryWriter::create(&path, Redactor::default()).unwrap();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "edit_file".into(),
+            arguments: ToolArgs::Json(serde_json::json!({"path": "a.py", "new": "x = 1\n"})),
+        };
+        let turn = Turn {
+            content: vec![
+                Block::Text {
+                    text: "I will edit a.py".into(),
+                },
+                Block::ToolCall(call.clone()),
+            ],
+            stop: StopReason::ToolUse,
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                cache_read_tokens: 2,
+                cache_write_tokens: 1,
+            },
+        };
+        let request = Request {
+            system: "s".into(),
+            messages: vec![crate::model::Message {
+                role: Role::User,
+                content: vec![Block::Text { text: "fix".into() }],
+            }],
+            tools: vec![],
+            tool_choice: Default::default(),
+            temperature: None,
+            max_tokens: 100,
+        };
+        w.emit(&Event::Started {
+            session: "s1".into(),
+            model: "m".into(),
+            project: "/p".into(),
+            image: "i".into(),
+            exec_mode: "executor".into(),
+            tools: vec!["bash".into()],
+            test_command: Some("pytest".into()),
+        });
+        w.emit(&Event::ModelRequest {
+            step: 1,
+            request: &request,
+        });
+        w.emit(&Event::ModelResponse {
+            step: 1,
+            turn: &turn,
+            elapsed_ms: 7,
+            estimated_usage: true,
+        });
+        w.emit(&Event::ToolStarted { step: 1, call: &call });
+        w.emit(&Event::ToolFinished {
+            step: 1,
+            call_id: "c1",
+            name: "edit_file",
+            content: "edited a.py",
+            is_error: true,
+            elapsed_ms: 3,
+        });
+        w.emit(&Event::Note {
+            message: "tests: passed".into(),
+        });
+        w.emit(&Event::Verifying {
+            command: "pytest -q".into(),
+        });
+        drop(w);
+        // A run killed mid-line leaves half an event behind.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"event\":\"tool_fini");
+        std::fs::write(&path, text).unwrap();
+
+        let t = Trajectory::read(&path).unwrap();
+        assert_eq!(
+            t.events,
+            vec![
+                Recorded::Other,
+                Recorded::Other,
+                Recorded::ModelResponse {
+                    step: 1,
+                    turn: RecordedTurn {
+                        content: turn.content.clone(),
+                        stop: StopReason::ToolUse,
+                        usage: turn.usage,
+                    },
+                    elapsed_ms: 7,
+                    estimated_usage: true,
+                },
+                Recorded::ToolStarted { step: 1, call },
+                Recorded::ToolFinished {
+                    step: 1,
+                    call_id: "c1".into(),
+                    name: "edit_file".into(),
+                    content: "edited a.py".into(),
+                    is_error: true,
+                    elapsed_ms: 3,
+                },
+                Recorded::Other,
+                Recorded::Verifying {
+                    command: "pytest -q".into()
+                },
+            ]
+        );
+        assert_eq!(t.unreadable, 1);
     }
 
     /// A shared buffer standing in for stderr.

@@ -110,14 +110,14 @@ async fn eval_counts_fixed_tasks_and_does_not_count_changed_tests() {
     assert!(summary.contains("| cheats | no | pass | yes |"), "{summary}");
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(
-        html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("id='task-cheats'")
+        html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("id=\"task-cheats\"")
     );
     assert!(
         !html.contains("<script") && !html.contains("http://") && !html.contains("https://"),
         "self-contained"
     );
     assert!(
-        html.contains("<span class='add'>+    return len(text.split())</span>"),
+        html.contains("<span class=\"add\">+    return len(text.split())</span>"),
         "the fix's diff is in the report"
     );
     assert!(out.path().join("trajectories/fixes-it.jsonl").exists());
