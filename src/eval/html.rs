@@ -1,5 +1,6 @@
 //! `report.html`: one self-contained page (no scripts, no external resources) with the
-//! totals, a chart of outcomes, a chart of time per task, and each task's diff and trajectory.
+//! totals, a chart of outcomes, a chart of time per task, and each task's diff, final test run
+//! and trajectory.
 //!
 //! Task names, diffs, file names, test output and everything the model said come from a
 //! repository that may be hostile. The page is written with `maud`, whose `html!` escapes every
@@ -188,7 +189,7 @@ fn trajectory_html(path: &Path) -> Markup {
     }
 }
 
-/// The task's second row: its error, the model's summary, its diff and its trajectory.
+/// The task's second row: why it ended, its diff, its final test run and its trajectory.
 fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
     let diff = std::fs::read_to_string(out.diff(&r.task)).unwrap_or_default();
     let changed = if r.changed_files.is_empty() {
@@ -197,6 +198,10 @@ fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
         r.changed_files.join(", ")
     };
     html! {
+        p.ended {
+            b { "ended: " } (r.ended()) " after " (r.steps) " step(s)"
+            @if r.attempts > 1 { " and " (r.attempts) " attempts" }
+        }
         @if let Some(e) = &r.error {
             p { b { "error:" } " " (e) }
         }
@@ -209,6 +214,17 @@ fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
                 p.muted { "no changes" }
             } @else {
                 (diff_html(&diff))
+            }
+        }
+        details {
+            summary {
+                "final test run: " (r.test_verdict())
+                @if let Some(cmd) = &r.test_command { " · " code { (cmd) } }
+            }
+            @if r.test_output.is_empty() {
+                p.muted { "no output" }
+            } @else {
+                pre.tests { (r.test_output) }
             }
         }
         details {
@@ -229,9 +245,9 @@ h1{font-size:1.6rem;margin:.2rem 0}h2{font-size:1.15rem;margin-top:2rem}
 table{border-collapse:collapse;width:100%;background:#fff}th,td{border-bottom:1px solid #e3e6ea;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f1f3f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pill{display:inline-block;padding:0 .5rem;border-radius:999px;color:#fff;font-size:12px}
-details{margin:.3rem 0 .8rem}summary{cursor:pointer;color:#2b5fab}
+p.ended{margin:.2rem 0}details{margin:.3rem 0 .8rem}summary{cursor:pointer;color:#2b5fab}
 pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
-pre.diff{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.5rem}
+pre.diff,pre.tests{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.5rem}
 .add,.del,.hunk,.meta{display:inline-block;width:100%}.add{color:#1a7f37;background:#e6ffec}.del{color:#cf222e;background:#ffebe9}.hunk{color:#8250df}.meta{color:#57606a;font-weight:600}
 ol.trajectory{padding-left:1.2rem}ol.trajectory li{margin:.25rem 0}.say{white-space:pre-wrap;margin:.2rem 0 .2rem .5rem;color:#39424c}
 li.call code{background:#eef1f4;padding:0 .3rem;border-radius:4px}code.args{color:#57606a}
@@ -290,7 +306,7 @@ pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out:
                 table {
                     thead {
                         tr {
-                            th { "task" } th { "outcome" } th { "tests" } th { "steps" }
+                            th { "task" } th { "outcome" } th { "ended" } th { "tests" } th { "steps" }
                             th { "tokens in/out" } th { "cost" } th { "seconds" }
                         }
                     }
@@ -300,6 +316,7 @@ pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out:
                             tr id=(format!("task-{}", r.task)) {
                                 td { b { (r.task) } }
                                 td { span.pill style=(format!("background:{}", k.color())) { (k.label()) } }
+                                td { (r.exit_reason) }
                                 td {
                                     @match r.tests_passed {
                                         Some(true) => "pass",
@@ -312,7 +329,7 @@ pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out:
                                 td.num { (cost(r.cost_usd)) }
                                 td.num { (format!("{:.1}", r.wall_secs)) }
                             }
-                            tr { td colspan="7" { (task_details(r, out)) } }
+                            tr { td colspan="8" { (task_details(r, out)) } }
                         }
                     }
                 }
@@ -419,6 +436,9 @@ mod tests {
             summary: Some(hostile("summary")),
             started_at: 1.0,
             finished_at: 2.0,
+            test_command: Some(hostile("test-command")),
+            test_exit_code: Some(1),
+            test_output: hostile("test-output"),
         };
         let results = [result];
         let page = report(
@@ -443,6 +463,8 @@ mod tests {
             "tool-name",
             "tool-output",
             "verify-command",
+            "test-command",
+            "test-output",
         ];
         for field in fields {
             let raw = hostile(field);
@@ -462,9 +484,47 @@ mod tests {
         for tag in ["<script", "<img", "<b onmouseover"] {
             assert!(!page.contains(tag), "{tag}");
         }
-        assert_eq!(page.matches("<details>").count(), 2);
-        assert_eq!(page.matches("</details>").count(), 2);
+        assert_eq!(page.matches("<details>").count(), 3);
+        assert_eq!(page.matches("</details>").count(), 3);
         assert_eq!(page.matches("<pre").count(), page.matches("</pre>").count());
         assert_eq!(page.matches("<code").count(), page.matches("</code>").count());
+    }
+
+    #[test]
+    fn each_task_shows_why_it_ended_and_its_final_test_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir {
+            root: dir.path().to_path_buf(),
+        };
+        out.create().unwrap();
+        let result = TaskResult {
+            task: "t".into(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: false,
+            changed_files: vec![],
+            steps: 20,
+            attempts: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: Outcome::StepLimit,
+            error: None,
+            model: "m".into(),
+            summary: None,
+            started_at: 1.0,
+            finished_at: 2.0,
+            test_command: Some("pytest -q".into()),
+            test_exit_code: Some(1),
+            test_output: "FAILED test_a.py::test_x\n1 failed in 0.01s\n".into(),
+        };
+        let results = [result];
+        let page = report("x", "m", &results, &super::super::totals(&results), &out);
+        assert!(page.contains("<td>step_limit</td>"), "{page}");
+        assert!(page.contains("the step limit was reached after 20 step(s)"));
+        assert!(page.contains("<summary>final test run: failed (exit 1) · <code>pytest -q</code></summary>"));
+        assert!(page.contains("<pre class=\"tests\">FAILED test_a.py::test_x\n1 failed in 0.01s\n</pre>"));
+        assert!(page.contains("<p class=\"muted\">no trajectory</p>"));
     }
 }
