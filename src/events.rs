@@ -4,11 +4,12 @@
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use serde::{Deserialize, Serialize};
 
-use crate::model::{Request, ToolCall, Turn};
+use crate::model::{Block, Request, StopReason, ToolCall, Turn, Usage};
 use crate::report::Report;
 
 #[derive(Debug, Serialize)]
@@ -128,7 +129,7 @@ impl EventSink for TrajectoryWriter {
         let mut value = serde_json::to_value(event).unwrap_or_default();
         value["ts"] = serde_json::json!((ts * 1000.0).round() / 1000.0);
         let line = self.redactor.redact(&value.to_string());
-        let mut f = self.file.lock().expect("trajectory lock");
+        let mut f = lock(&self.file);
         let _ = writeln!(f, "{line}");
         let _ = f.flush();
     }
@@ -137,7 +138,7 @@ impl EventSink for TrajectoryWriter {
 /// Progress on stderr, like the seed's `--- step N: ...` lines, with a spinner while waiting on
 /// the model or a command when stderr is a terminal.
 pub struct Printer {
-    spinner: Spinner,
+    status: StatusLine,
     /// The API key never reaches the terminal either, even echoed in a server's error message.
     redactor: Redactor,
 }
@@ -145,7 +146,7 @@ pub struct Printer {
 impl Printer {
     pub fn new(redactor: Redactor) -> Self {
         Printer {
-            spinner: Spinner::new(std::io::stderr().is_terminal()),
+            status: StatusLine::stderr(),
             redactor,
         }
     }
@@ -178,7 +179,8 @@ pub fn for_terminal(s: &str) -> String {
 impl EventSink for Printer {
     fn emit(&self, event: &Event<'_>) {
         use std::fmt::Write as _;
-        self.spinner.stop();
+        // Every event ends the wait the spinner was showing; some start the next one.
+        self.status.clear();
         let mut out = String::new();
         let mut spin = None;
         match event {
@@ -262,75 +264,201 @@ impl EventSink for Printer {
             }
             Event::Finished { .. } => {}
         }
-        let mut err = std::io::stderr().lock();
-        let _ = err.write_all(for_terminal(&self.redactor.redact(&out)).as_bytes());
-        drop(err);
+        self.status.print(&for_terminal(&self.redactor.redact(&out)));
         if let Some(label) = spin {
-            self.spinner.start(for_terminal(&label));
+            self.status.spin(&for_terminal(&self.redactor.redact(&label)));
         }
     }
 }
 
-/// A one-line spinner on stderr, cleared before the next line is printed.
-struct Spinner {
-    enabled: bool,
-    state: Arc<Mutex<Option<(String, Instant)>>>,
+/// The one owner of stderr's last line: a spinner or a progress line drawn by `indicatif`
+/// when stderr is a terminal, with every other line printed above it through [`StatusLine::print`]
+/// so the two never tear each other. When stderr is not a terminal nothing but those plain
+/// lines is written (logs and tests read them).
+#[derive(Clone)]
+pub struct StatusLine {
+    inner: Arc<StatusInner>,
 }
 
-impl Spinner {
-    fn new(enabled: bool) -> Self {
-        let state: Arc<Mutex<Option<(String, Instant)>>> = Arc::new(Mutex::new(None));
-        if enabled && tokio::runtime::Handle::try_current().is_ok() {
-            let state = state.clone();
-            tokio::spawn(async move {
-                const FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
-                let mut i = 0usize;
-                loop {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    // Drawn under the lock, so `stop` cannot interleave with a frame.
-                    let guard = state.lock().expect("spinner lock");
-                    if let Some((label, since)) = guard.as_ref() {
-                        i = (i + 1) % FRAMES.len();
-                        let mut err = std::io::stderr().lock();
-                        let _ = write!(
-                            err,
-                            "\r\x1b[2K{} {label} ({}s)",
-                            FRAMES[i],
-                            since.elapsed().as_secs()
-                        );
-                        let _ = err.flush();
-                    }
-                    if Arc::strong_count(&state) == 1 {
-                        break;
-                    }
-                }
-            });
-        }
-        Spinner { enabled, state }
+struct StatusInner {
+    /// Whether anything but plain lines may be drawn.
+    live: bool,
+    shown: Mutex<Option<(Shown, ProgressBar)>>,
+    plain: Mutex<Box<dyn Write + Send>>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Shown {
+    Spinner,
+    Text,
+}
+
+/// Locks that only guard output: a panic elsewhere while one was held leaves nothing to
+/// repair, so the poison is ignored rather than spreading the panic to the terminal.
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl StatusLine {
+    /// Drawn on stderr when it is a terminal; plain lines only otherwise.
+    pub fn stderr() -> Self {
+        StatusLine::new(std::io::stderr().is_terminal(), Box::new(std::io::stderr()))
     }
 
-    fn start(&self, label: String) {
-        if self.enabled {
-            *self.state.lock().expect("spinner lock") = Some((label, Instant::now()));
+    fn new(live: bool, plain: Box<dyn Write + Send>) -> Self {
+        StatusLine {
+            inner: Arc::new(StatusInner {
+                live,
+                shown: Mutex::new(None),
+                plain: Mutex::new(plain),
+            }),
         }
     }
 
-    fn stop(&self) {
-        if !self.enabled {
+    /// Whether a status line is drawn at all (stderr is a terminal).
+    pub fn is_live(&self) -> bool {
+        self.inner.live
+    }
+
+    /// Print `text` (whole lines) above the status line, which is drawn again below it.
+    pub fn print(&self, text: &str) {
+        if text.is_empty() {
             return;
         }
-        let mut guard = self.state.lock().expect("spinner lock");
-        if guard.take().is_some() {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
+        let write = || {
+            let mut out = lock(&self.inner.plain);
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        };
+        match lock(&self.inner.shown).as_ref() {
+            Some((_, bar)) => bar.suspend(write),
+            None => write(),
+        }
+    }
+
+    /// A spinner with `label` and the seconds since this call, until [`StatusLine::clear`].
+    pub fn spin(&self, label: &str) {
+        if !self.inner.live {
+            return;
+        }
+        const FRAMES: [&str; 11] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", " "];
+        let style = ProgressStyle::with_template("{spinner} {msg} ({secs}s)")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner())
+            .with_key("secs", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{}", s.elapsed().as_secs());
+            })
+            .tick_strings(&FRAMES);
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_message(label.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        self.replace(Some((Shown::Spinner, bar)));
+    }
+
+    /// `text` as the status line, as it is, until the next call or [`StatusLine::clear`].
+    pub fn show(&self, text: &str) {
+        if !self.inner.live {
+            return;
+        }
+        let mut shown = lock(&self.inner.shown);
+        if let Some((Shown::Text, bar)) = shown.as_ref() {
+            bar.set_message(text.to_string());
+            return;
+        }
+        let style =
+            ProgressStyle::with_template("{wide_msg}").unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_message(text.to_string());
+        bar.tick();
+        if let Some((_, old)) = shown.replace((Shown::Text, bar)) {
+            old.finish_and_clear();
+        }
+    }
+
+    /// Remove the status line.
+    pub fn clear(&self) {
+        self.replace(None);
+    }
+
+    fn replace(&self, next: Option<(Shown, ProgressBar)>) {
+        let old = std::mem::replace(&mut *lock(&self.inner.shown), next);
+        if let Some((_, bar)) = old {
+            bar.finish_and_clear();
         }
     }
 }
 
-impl Drop for Printer {
+impl Drop for StatusInner {
+    /// The last handle gone (a finished or interrupted command): take the line away with it.
     fn drop(&mut self) {
-        self.spinner.stop();
+        if let Some((_, bar)) = lock(&self.shown).take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// A trajectory line read back, as the eval report shows it: the owned mirror of the
+/// [`Event`]s it shows, with the same tag and field names. Everything else is `Other`.
+/// `tests::recorded_events_read_back_what_the_writer_wrote` writes real events and reads them
+/// back, so a field or variant misspelt here fails there rather than vanishing from reports.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Recorded {
+    ModelResponse {
+        step: u32,
+        turn: RecordedTurn,
+        elapsed_ms: u64,
+        estimated_usage: bool,
+    },
+    ToolStarted {
+        step: u32,
+        call: ToolCall,
+    },
+    ToolFinished {
+        step: u32,
+        call_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+        elapsed_ms: u64,
+    },
+    Verifying {
+        command: String,
+    },
+    /// The events the report does not show (and any a later version adds).
+    #[serde(other)]
+    Other,
+}
+
+/// [`Turn`] read back (the model layer's `Turn` is written, never read).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RecordedTurn {
+    pub content: Vec<Block>,
+    pub stop: StopReason,
+    pub usage: Usage,
+}
+
+/// The events of one trajectory file.
+#[derive(Debug, Default)]
+pub struct Trajectory {
+    pub events: Vec<Recorded>,
+    /// Lines that are not an event this version can read: the last line of a killed run, or
+    /// a file written by another version.
+    pub unreadable: usize,
+}
+
+impl Trajectory {
+    pub fn read(path: &Path) -> std::io::Result<Trajectory> {
+        let text = std::fs::read_to_string(path)?;
+        let mut t = Trajectory::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match serde_json::from_str::<Recorded>(line) {
+                Ok(e) => t.events.push(e),
+                Err(_) => t.unreadable += 1,
+            }
+        }
+        Ok(t)
     }
 }
 
@@ -369,5 +497,147 @@ mod tests {
         assert_eq!(v["event"], "note");
         assert_eq!(v["message"], "has [REDACTED] inside");
         assert!(v["ts"].as_f64().unwrap() > 1.0e9);
+    }
+
+    #[test]
+    fn recorded_events_read_back_what_the_writer_wrote() {
+        use crate::model::{Role, ToolArgs};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TrajectoryWriter::create(&path, Redactor::default()).unwrap();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "edit_file".into(),
+            arguments: ToolArgs::Json(serde_json::json!({"path": "a.py", "new": "x = 1\n"})),
+        };
+        let turn = Turn {
+            content: vec![
+                Block::Text {
+                    text: "I will edit a.py".into(),
+                },
+                Block::ToolCall(call.clone()),
+            ],
+            stop: StopReason::ToolUse,
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                cache_read_tokens: 2,
+                cache_write_tokens: 1,
+            },
+        };
+        let request = Request {
+            system: "s".into(),
+            messages: vec![crate::model::Message {
+                role: Role::User,
+                content: vec![Block::Text { text: "fix".into() }],
+            }],
+            tools: vec![],
+            tool_choice: Default::default(),
+            temperature: None,
+            max_tokens: 100,
+        };
+        w.emit(&Event::Started {
+            session: "s1".into(),
+            model: "m".into(),
+            project: "/p".into(),
+            image: "i".into(),
+            exec_mode: "executor".into(),
+            tools: vec!["bash".into()],
+            test_command: Some("pytest".into()),
+        });
+        w.emit(&Event::ModelRequest {
+            step: 1,
+            request: &request,
+        });
+        w.emit(&Event::ModelResponse {
+            step: 1,
+            turn: &turn,
+            elapsed_ms: 7,
+            estimated_usage: true,
+        });
+        w.emit(&Event::ToolStarted { step: 1, call: &call });
+        w.emit(&Event::ToolFinished {
+            step: 1,
+            call_id: "c1",
+            name: "edit_file",
+            content: "edited a.py",
+            is_error: true,
+            elapsed_ms: 3,
+        });
+        w.emit(&Event::Note {
+            message: "tests: passed".into(),
+        });
+        w.emit(&Event::Verifying {
+            command: "pytest -q".into(),
+        });
+        drop(w);
+        // A run killed mid-line leaves half an event behind.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"event\":\"tool_fini");
+        std::fs::write(&path, text).unwrap();
+
+        let t = Trajectory::read(&path).unwrap();
+        assert_eq!(
+            t.events,
+            vec![
+                Recorded::Other,
+                Recorded::Other,
+                Recorded::ModelResponse {
+                    step: 1,
+                    turn: RecordedTurn {
+                        content: turn.content.clone(),
+                        stop: StopReason::ToolUse,
+                        usage: turn.usage,
+                    },
+                    elapsed_ms: 7,
+                    estimated_usage: true,
+                },
+                Recorded::ToolStarted { step: 1, call },
+                Recorded::ToolFinished {
+                    step: 1,
+                    call_id: "c1".into(),
+                    name: "edit_file".into(),
+                    content: "edited a.py".into(),
+                    is_error: true,
+                    elapsed_ms: 3,
+                },
+                Recorded::Other,
+                Recorded::Verifying {
+                    command: "pytest -q".into()
+                },
+            ]
+        );
+        assert_eq!(t.unreadable, 1);
+    }
+
+    /// A shared buffer standing in for stderr.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn without_a_terminal_the_status_line_writes_plain_lines_only() {
+        let out = Captured::default();
+        let status = StatusLine::new(false, Box::new(out.clone()));
+        assert!(!status.is_live());
+        status.spin("waiting for the model");
+        status.print("--- step 1\n");
+        status.show("[1/2 done]");
+        status.print("");
+        status.print("  task fixed\n");
+        status.clear();
+        assert_eq!(
+            String::from_utf8(out.0.lock().unwrap().clone()).unwrap(),
+            "--- step 1\n  task fixed\n"
+        );
     }
 }

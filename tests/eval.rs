@@ -110,17 +110,49 @@ async fn eval_counts_fixed_tasks_and_does_not_count_changed_tests() {
     assert!(summary.contains("| cheats | no | pass | yes |"), "{summary}");
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(
-        html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("id='task-cheats'")
+        html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("id=\"task-cheats\"")
     );
     assert!(
         !html.contains("<script") && !html.contains("http://") && !html.contains("https://"),
         "self-contained"
     );
     assert!(
-        html.contains("<span class='add'>+    return len(text.split())</span>"),
+        html.contains("<span class=\"add\">+    return len(text.split())</span>"),
         "the fix's diff is in the report"
     );
     assert!(out.path().join("trajectories/fixes-it.jsonl").exists());
+    // Why each task ended and its final test run: in the results, the summary and the page.
+    assert_eq!(rs["gives-up"]["exit_reason"], "finished");
+    assert!(
+        rs["gives-up"]["test_command"]
+            .as_str()
+            .unwrap()
+            .contains("pytest")
+    );
+    assert_eq!(rs["gives-up"]["test_exit_code"], 1);
+    let gave_up_output = rs["gives-up"]["test_output"].as_str().unwrap();
+    assert!(
+        gave_up_output.contains("FAILED test_counter.py::"),
+        "{gave_up_output}"
+    );
+    assert!(
+        summary.contains("### gives-up: not fixed\n\n- ended: the model finished"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("- final test run: failed (exit 1), `python3 -m pytest"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("<details><summary>final test output</summary>"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("### broken-image: not fixed\n\n- ended: an error stopped it"),
+        "{summary}"
+    );
+    assert!(html.contains("<summary>final test run: failed (exit 1) · <code>python3 -m pytest"));
+    assert!(html.contains("an error stopped it"));
     assert!(
         std::fs::read_to_string(out.path().join("diffs/fixes-it.diff"))
             .unwrap()

@@ -1,6 +1,5 @@
 //! `agentbox eval TASKS_DIR`
 
-use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -8,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cli::EvalArgs;
 use crate::config::{AgentSettings, UsageError};
 use crate::eval::{self, OutDir, ResultLog, TaskResult};
+use crate::events::{StatusLine, for_terminal};
 use crate::image::{ensure_image, stderr_progress};
 use crate::sandbox::connect_docker;
 
@@ -29,6 +29,27 @@ fn bar(p: &Progress, total: usize, started: Instant) -> String {
         secs / 60,
         secs % 60
     )
+}
+
+/// A finished task's line: its name, its mark and why it is not fixed, made safe for a terminal
+/// (task names and errors come from the tasks directory and the model).
+fn task_line(result: &TaskResult) -> String {
+    let mark = if result.fixed {
+        "fixed"
+    } else if result.exit_reason == crate::report::Outcome::Error {
+        "ERROR"
+    } else {
+        "not fixed"
+    };
+    let detail = match (&result.error, result.tests_changed) {
+        (Some(e), _) => format!(": {}", e.lines().next().unwrap_or_default()),
+        (None, true) => ": the tests were changed".into(),
+        _ => String::new(),
+    };
+    for_terminal(&format!(
+        "  {:<28} {mark} ({} steps, {:.1}s){detail}\n",
+        result.task, result.steps, result.wall_secs
+    ))
 }
 
 pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
@@ -95,35 +116,38 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
     );
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
-    let tty = std::io::stderr().is_terminal();
+    // The one writer of stderr from here on: the progress line, and each task's line above it.
+    let status = StatusLine::stderr();
     let total = todo.len();
+    // Aborted when this future is dropped too (Ctrl-C), so no progress line outlives the eval.
     let ticker = {
-        let progress = progress.clone();
-        tokio::spawn(async move {
+        let (progress, status) = (progress.clone(), status.clone());
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            let live = status.is_live();
             loop {
-                tokio::time::sleep(Duration::from_millis(if tty { 250 } else { 10_000 })).await;
+                tokio::time::sleep(Duration::from_millis(if live { 250 } else { 10_000 })).await;
                 let line = bar(&progress, total, started);
-                let mut err = std::io::stderr().lock();
-                if tty {
-                    let _ = write!(err, "\r\x1b[2K{line}");
+                if live {
+                    status.show(&line);
                 } else {
-                    let _ = writeln!(err, "{line}");
+                    // Without a terminal, a plain line now and then shows it is alive.
+                    status.print(&format!("{line}\n"));
                 }
-                let _ = err.flush();
             }
-        })
+        }))
     };
     let semaphore = Arc::new(tokio::sync::Semaphore::new(jobs));
     let base = Arc::new(base);
     let out = Arc::new(out);
     let mut set = tokio::task::JoinSet::new();
     for task in todo {
-        let (semaphore, base, out, log, progress) = (
+        let (semaphore, base, out, log, progress, status) = (
             semaphore.clone(),
             base.clone(),
             out.clone(),
             log.clone(),
             progress.clone(),
+            status.clone(),
         );
         set.spawn(async move {
             let _permit = semaphore.acquire_owned().await.expect("semaphore");
@@ -135,27 +159,9 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
             }
             if let Err(e) = log.append(&result) {
-                errln!("\nagentbox eval: cannot record {}: {e}", result.task);
+                status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
             }
-            let mark = if result.fixed {
-                "fixed"
-            } else if result.exit_reason == crate::report::Outcome::Error {
-                "ERROR"
-            } else {
-                "not fixed"
-            };
-            let detail = match (&result.error, result.tests_changed) {
-                (Some(e), _) => format!(": {}", e.lines().next().unwrap_or_default()),
-                (None, true) => ": the tests were changed".into(),
-                _ => String::new(),
-            };
-            let mut err = std::io::stderr().lock();
-            let clear = if tty { "\r\x1b[2K" } else { "" };
-            let _ = writeln!(
-                err,
-                "{clear}  {:<28} {mark} ({} steps, {:.1}s){detail}",
-                result.task, result.steps, result.wall_secs
-            );
+            status.print(&task_line(&result));
             result
         });
     }
@@ -163,9 +169,9 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
         joined?;
     }
     ticker.abort();
-    if tty {
-        err!("\r\x1b[2K");
-    }
+    // Wait for it to stop, or its last tick could draw the line again after the clear.
+    let _ = ticker.await;
+    status.clear();
 
     let all: Vec<TaskResult> = {
         let loaded = eval::load_results(&out.results());

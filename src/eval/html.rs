@@ -1,27 +1,20 @@
 //! `report.html`: one self-contained page (no scripts, no external resources) with the
-//! totals, a chart of outcomes, a chart of time per task, and each task's diff and trajectory.
+//! totals, a chart of outcomes, a chart of time per task, and each task's diff, final test run
+//! and trajectory.
+//!
+//! Task names, diffs, file names, test output and everything the model said come from a
+//! repository that may be hostile. The page is written with `maud`, whose `html!` escapes every
+//! interpolation: text reaches the page unescaped only through `PreEscaped`, used here for two
+//! constants of this file and nothing else.
 
-use std::fmt::Write;
 use std::path::Path;
 
-use serde_json::Value;
+use maud::{Markup, PreEscaped, html};
 
 use super::{OutDir, TaskResult, Totals};
-
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::events::{Recorded, Trajectory};
+use crate::model::Block;
+use crate::report::Outcome;
 
 fn clip(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -47,7 +40,7 @@ impl Kind {
     fn of(r: &TaskResult) -> Kind {
         if r.fixed {
             Kind::Fixed
-        } else if r.exit_reason == crate::report::Outcome::Error {
+        } else if r.exit_reason == Outcome::Error {
             Kind::Error
         } else if r.tests_changed {
             Kind::TestsChanged
@@ -75,166 +68,173 @@ impl Kind {
 
 const KINDS: [Kind; 4] = [Kind::Fixed, Kind::Failed, Kind::TestsChanged, Kind::Error];
 
-fn outcome_chart(results: &[TaskResult]) -> String {
+/// SVG elements are always written with a body (`{}`): an HTML parser reads `<rect>` without
+/// `</rect>` as an open element that swallows its siblings.
+fn outcome_chart(results: &[TaskResult]) -> Markup {
     let total = results.len().max(1) as f64;
     let (w, h) = (640.0, 36.0);
     let mut x = 0.0;
-    let mut svg = format!(
-        "<svg class=chart viewBox='0 0 {w} {}' role=img aria-label='outcomes'>",
-        h + 28.0
-    );
-    let mut legend = 0.0;
-    for k in KINDS {
+    let mut bars = Vec::new();
+    for (i, k) in KINDS.into_iter().enumerate() {
         let n = results.iter().filter(|r| Kind::of(r) == k).count();
         let width = w * n as f64 / total;
-        if n > 0 {
-            let _ = write!(
-                svg,
-                "<rect x='{x:.1}' y='0' width='{width:.1}' height='{h}' fill='{}'><title>{}: {n}</title></rect>",
-                k.color(),
-                k.label()
-            );
-            if width > 24.0 {
-                let _ = write!(
-                    svg,
-                    "<text x='{:.1}' y='23' class=bar-label>{n}</text>",
-                    x + width / 2.0
-                );
-            }
-        }
-        let _ = write!(
-            svg,
-            "<rect x='{legend:.0}' y='{}' width='12' height='12' fill='{}'/><text x='{:.0}' y='{}' class=legend>{} ({n})</text>",
-            h + 10.0,
-            k.color(),
-            legend + 16.0,
-            h + 21.0,
-            k.label()
-        );
-        legend += 150.0;
+        bars.push((k, n, x, width, 150.0 * i as f64));
         x += width;
     }
-    svg.push_str("</svg>");
-    svg
+    html! {
+        svg class="chart" viewBox=(format!("0 0 {w} {}", h + 28.0)) role="img" aria-label="outcomes" {
+            @for (k, n, x, width, legend) in bars {
+                @if n > 0 {
+                    rect x=(format!("{x:.1}")) y="0" width=(format!("{width:.1}")) height=(format!("{h}")) fill=(k.color()) {
+                        title { (k.label()) ": " (n) }
+                    }
+                    @if width > 24.0 {
+                        text x=(format!("{:.1}", x + width / 2.0)) y="23" class="bar-label" { (n) }
+                    }
+                }
+                rect x=(format!("{legend:.0}")) y=(format!("{}", h + 10.0)) width="12" height="12" fill=(k.color()) {}
+                text x=(format!("{:.0}", legend + 16.0)) y=(format!("{}", h + 21.0)) class="legend" { (k.label()) " (" (n) ")" }
+            }
+        }
+    }
 }
 
-fn time_chart(results: &[TaskResult]) -> String {
+fn time_chart(results: &[TaskResult]) -> Markup {
     let max = results.iter().map(|r| r.wall_secs).fold(0.0, f64::max).max(0.001);
     let row = 22.0;
     let (label_w, bar_w) = (220.0, 380.0);
     let h = row * results.len() as f64 + 4.0;
-    let mut svg = format!(
-        "<svg class=chart viewBox='0 0 {} {h}' role=img aria-label='seconds per task'>",
-        label_w + bar_w + 70.0
-    );
-    for (i, r) in results.iter().enumerate() {
-        let y = i as f64 * row;
-        let width = bar_w * r.wall_secs / max;
-        let _ = write!(
-            svg,
-            "<text x='{:.0}' y='{:.0}' class=task-label text-anchor=end>{}</text><rect x='{label_w}' y='{:.0}' width='{width:.1}' height='{:.0}' fill='{}'><title>{}: {:.1}s</title></rect><text x='{:.1}' y='{:.0}' class=legend>{:.1}s</text>",
-            label_w - 8.0,
-            y + 15.0,
-            escape(&r.task),
-            y + 3.0,
-            row - 6.0,
-            Kind::of(r).color(),
-            escape(&r.task),
-            r.wall_secs,
-            label_w + width + 6.0,
-            y + 15.0,
-            r.wall_secs
-        );
-    }
-    svg.push_str("</svg>");
-    svg
-}
-
-fn diff_html(diff: &str) -> String {
-    let mut out = String::from("<pre class=diff>");
-    for line in diff.lines() {
-        let class = if line.starts_with("+++") || line.starts_with("---") || line.starts_with("diff ") {
-            "meta"
-        } else if line.starts_with('+') {
-            "add"
-        } else if line.starts_with('-') {
-            "del"
-        } else if line.starts_with("@@") {
-            "hunk"
-        } else {
-            ""
-        };
-        let _ = writeln!(out, "<span class='{class}'>{}</span>", escape(line));
-    }
-    out.push_str("</pre>");
-    out
-}
-
-fn trajectory_html(path: &Path) -> String {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return "<p class=muted>no trajectory</p>".into();
-    };
-    let mut out = String::from("<ol class=trajectory>");
-    for line in text.lines() {
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        match e["event"].as_str().unwrap_or_default() {
-            "model_response" => {
-                let turn = &e["turn"];
-                let _ = write!(
-                    out,
-                    "<li class=model><b>step {}</b> <span class=muted>stop_reason={} in={} out={}</span>",
-                    e["step"],
-                    escape(turn["stop"].as_str().unwrap_or("?")),
-                    turn["usage"]["input_tokens"].as_u64().unwrap_or(0)
-                        + turn["usage"]["cache_read_tokens"].as_u64().unwrap_or(0)
-                        + turn["usage"]["cache_write_tokens"].as_u64().unwrap_or(0),
-                    turn["usage"]["output_tokens"]
-                );
-                for b in turn["content"].as_array().into_iter().flatten() {
-                    if b["type"] == "text" {
-                        let _ = write!(
-                            out,
-                            "<div class=say>{}</div>",
-                            escape(&clip(b["text"].as_str().unwrap_or_default(), 2000))
-                        );
-                    }
+    html! {
+        svg class="chart" viewBox=(format!("0 0 {} {h}", label_w + bar_w + 70.0)) role="img" aria-label="seconds per task" {
+            @for (i, r) in results.iter().enumerate() {
+                @let y = i as f64 * row;
+                @let width = bar_w * r.wall_secs / max;
+                text x=(format!("{:.0}", label_w - 8.0)) y=(format!("{:.0}", y + 15.0)) class="task-label" text-anchor="end" { (r.task) }
+                rect x=(format!("{label_w}")) y=(format!("{:.0}", y + 3.0)) width=(format!("{width:.1}")) height=(format!("{:.0}", row - 6.0)) fill=(Kind::of(r).color()) {
+                    title { (r.task) ": " (format!("{:.1}", r.wall_secs)) "s" }
                 }
-                out.push_str("</li>");
+                text x=(format!("{:.1}", label_w + width + 6.0)) y=(format!("{:.0}", y + 15.0)) class="legend" { (format!("{:.1}", r.wall_secs)) "s" }
             }
-            "tool_started" => {
-                let call = &e["call"];
-                let _ = write!(
-                    out,
-                    "<li class=call><code>{}</code> <code class=args>{}</code></li>",
-                    escape(call["name"].as_str().unwrap_or_default()),
-                    escape(&clip(&call["arguments"].to_string(), 400))
-                );
-            }
-            "tool_finished" => {
-                let err = e["is_error"].as_bool().unwrap_or(false);
-                let _ = write!(
-                    out,
-                    "<li class='result{}'><pre>{}</pre></li>",
-                    if err { " error" } else { "" },
-                    escape(&clip(e["content"].as_str().unwrap_or_default(), 1500))
-                );
-            }
-            "verifying" => {
-                let _ = write!(
-                    out,
-                    "<li class=muted>agentbox runs <code>{}</code></li>",
-                    escape(e["command"].as_str().unwrap_or_default())
-                );
-            }
-            _ => {}
         }
     }
-    out.push_str("</ol>");
-    out
 }
 
+fn diff_line_class(line: &str) -> Option<&'static str> {
+    if line.starts_with("+++") || line.starts_with("---") || line.starts_with("diff ") {
+        Some("meta")
+    } else if line.starts_with('+') {
+        Some("add")
+    } else if line.starts_with('-') {
+        Some("del")
+    } else if line.starts_with("@@") {
+        Some("hunk")
+    } else {
+        None
+    }
+}
+
+/// One line per span, each ended by its newline (so the text copies as a diff); the coloured
+/// lines are full-width inline blocks, as a block would add a blank line before that newline.
+fn diff_html(diff: &str) -> Markup {
+    html! {
+        pre.diff {
+            @for line in diff.lines() {
+                span class=[diff_line_class(line)] { (line) } "\n"
+            }
+        }
+    }
+}
+
+fn trajectory_html(path: &Path) -> Markup {
+    let Ok(t) = Trajectory::read(path) else {
+        return html! { p.muted { "no trajectory" } };
+    };
+    html! {
+        ol.trajectory {
+            @for e in &t.events {
+                @match e {
+                    Recorded::ModelResponse { step, turn, .. } => {
+                        li.model {
+                            b { "step " (step) } " "
+                            span.muted {
+                                "stop_reason=" (turn.stop) " in=" (turn.usage.total_input())
+                                " out=" (turn.usage.output_tokens)
+                            }
+                            @for b in &turn.content {
+                                @if let Block::Text { text } = b {
+                                    div.say { (clip(text, 2000)) }
+                                }
+                            }
+                        }
+                    }
+                    Recorded::ToolStarted { call, .. } => {
+                        li.call {
+                            code { (call.name) } " "
+                            code.args { (clip(&call.arguments.to_json_text(), 400)) }
+                        }
+                    }
+                    Recorded::ToolFinished { content, is_error, .. } => {
+                        li.result.error[*is_error] { pre { (clip(content, 1500)) } }
+                    }
+                    Recorded::Verifying { command } => {
+                        li.muted { "agentbox runs " code { (command) } }
+                    }
+                    Recorded::Other => {}
+                }
+            }
+        }
+        @if t.unreadable > 0 {
+            p.muted { (t.unreadable) " line(s) of the trajectory could not be read" }
+        }
+    }
+}
+
+/// The task's second row: why it ended, its diff, its final test run and its trajectory.
+fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
+    let diff = std::fs::read_to_string(out.diff(&r.task)).unwrap_or_default();
+    let changed = if r.changed_files.is_empty() {
+        "no files".to_string()
+    } else {
+        r.changed_files.join(", ")
+    };
+    html! {
+        p.ended {
+            b { "ended: " } (r.ended()) " after " (r.steps) " step(s)"
+            @if r.attempts > 1 { " and " (r.attempts) " attempts" }
+        }
+        @if let Some(e) = &r.error {
+            p { b { "error:" } " " (e) }
+        }
+        @if let Some(summary) = &r.summary {
+            p.muted { "model's summary: " (clip(summary, 600)) }
+        }
+        details {
+            summary { "diff (" (changed) ")" }
+            @if diff.is_empty() {
+                p.muted { "no changes" }
+            } @else {
+                (diff_html(&diff))
+            }
+        }
+        details {
+            summary {
+                "final test run: " (r.test_verdict())
+                @if let Some(cmd) = &r.test_command { " · " code { (cmd) } }
+            }
+            @if r.test_output.is_empty() {
+                p.muted { "no output" }
+            } @else {
+                pre.tests { (r.test_output) }
+            }
+        }
+        details {
+            summary { "trajectory" }
+            (trajectory_html(&out.trajectory(&r.task)))
+        }
+    }
+}
+
+/// Written into the page as it is: a constant of this file, never data.
 const STYLE: &str = "
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;padding:0 1rem;color:#1d2329;background:#fbfbfa}
 h1{font-size:1.6rem;margin:.2rem 0}h2{font-size:1.15rem;margin-top:2rem}
@@ -245,41 +245,31 @@ h1{font-size:1.6rem;margin:.2rem 0}h2{font-size:1.15rem;margin-top:2rem}
 table{border-collapse:collapse;width:100%;background:#fff}th,td{border-bottom:1px solid #e3e6ea;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f1f3f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pill{display:inline-block;padding:0 .5rem;border-radius:999px;color:#fff;font-size:12px}
-details{margin:.3rem 0 .8rem}summary{cursor:pointer;color:#2b5fab}
+p.ended{margin:.2rem 0}details{margin:.3rem 0 .8rem}summary{cursor:pointer;color:#2b5fab}
 pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
-pre.diff{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.5rem}
-.add{color:#1a7f37;background:#e6ffec;display:block}.del{color:#cf222e;background:#ffebe9;display:block}.hunk{color:#8250df;display:block}.meta{color:#57606a;font-weight:600;display:block}
+pre.diff,pre.tests{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.5rem}
+.add,.del,.hunk,.meta{display:inline-block;width:100%}.add{color:#1a7f37;background:#e6ffec}.del{color:#cf222e;background:#ffebe9}.hunk{color:#8250df}.meta{color:#57606a;font-weight:600}
 ol.trajectory{padding-left:1.2rem}ol.trajectory li{margin:.25rem 0}.say{white-space:pre-wrap;margin:.2rem 0 .2rem .5rem;color:#39424c}
 li.call code{background:#eef1f4;padding:0 .3rem;border-radius:4px}code.args{color:#57606a}
 li.result pre{background:#f6f8fa;border-left:3px solid #9aa5b1;padding:.3rem .5rem}li.result.error pre{border-left-color:#c0392b;background:#fff5f5}
 ";
 
+/// `maud::DOCTYPE` is upper case; pages and tests here have always started with this one.
+const DOCTYPE: &str = "<!doctype html>";
+
 pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out: &OutDir) -> String {
-    let mut s = String::new();
     let rate = if t.tasks > 0 {
         100.0 * t.fixed as f64 / t.tasks as f64
     } else {
         0.0
     };
-    let _ = write!(
-        s,
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content='width=device-width,initial-scale=1'>\
-         <title>agentbox eval: {0}</title><style>{STYLE}</style></head><body>\
-         <h1>agentbox eval: {0}</h1><p class=muted>{1} · fixed means agentbox's own final test run passed and no test file changed</p>",
-        escape(title),
-        escape(model)
-    );
     let per_min = if t.span_secs > 0.0 {
         format!("{:.1}", t.tasks as f64 * 60.0 / t.span_secs)
     } else {
         "—".into()
     };
-    let cost = t
-        .cost_usd
-        .map(|c| format!("${c:.4}"))
-        .unwrap_or_else(|| "—".into());
-    s.push_str("<div class=cards>");
-    for (label, value) in [
+    let cost = |c: Option<f64>| c.map(|c| format!("${c:.4}")).unwrap_or_else(|| "—".into());
+    let cards = [
         ("fixed", format!("{}/{} ({rate:.0}%)", t.fixed, t.tasks)),
         ("tests changed", t.tests_changed.to_string()),
         ("errors", t.errors.to_string()),
@@ -289,94 +279,252 @@ pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out:
             "tokens in / out",
             format!("{} / {}", t.input_tokens, t.output_tokens),
         ),
-        ("est. cost", cost),
-    ] {
-        let _ = write!(
-            s,
-            "<div class=card><span class=muted>{label}</span><b>{}</b></div>",
-            escape(&value)
-        );
-    }
-    s.push_str("</div><h2>Outcomes</h2>");
-    s.push_str(&outcome_chart(results));
-    s.push_str("<h2>Seconds per task</h2>");
-    s.push_str(&time_chart(results));
-    s.push_str("<h2>Tasks</h2><table><thead><tr><th>task</th><th>outcome</th><th>tests</th><th>steps</th><th>tokens in/out</th><th>cost</th><th>seconds</th></tr></thead><tbody>");
-    for r in results {
-        let k = Kind::of(r);
-        let tests = match r.tests_passed {
-            Some(true) => "pass",
-            Some(false) => "fail",
-            None => "—",
-        };
-        let _ = write!(
-            s,
-            "<tr id='task-{0}'><td><b>{0}</b></td><td><span class=pill style='background:{1}'>{2}</span></td><td>{tests}</td><td class=num>{3}</td><td class=num>{4} / {5}</td><td class=num>{6}</td><td class=num>{7:.1}</td></tr>",
-            escape(&r.task),
-            k.color(),
-            k.label(),
-            r.steps,
-            r.input_tokens,
-            r.output_tokens,
-            r.cost_usd
-                .map(|c| format!("${c:.4}"))
-                .unwrap_or_else(|| "—".into()),
-            r.wall_secs
-        );
-        s.push_str("<tr><td colspan=7>");
-        if let Some(e) = &r.error {
-            let _ = write!(s, "<p><b>error:</b> {}</p>", escape(e));
-        }
-        if let Some(summary) = &r.summary {
-            let _ = write!(
-                s,
-                "<p class=muted>model's summary: {}</p>",
-                escape(&clip(summary, 600))
-            );
-        }
-        let diff = std::fs::read_to_string(out.diff(&r.task)).unwrap_or_default();
-        let changed = if r.changed_files.is_empty() {
-            "no files".to_string()
-        } else {
-            r.changed_files.join(", ")
-        };
-        let _ = write!(
-            s,
-            "<details><summary>diff ({})</summary>{}</details>",
-            escape(&changed),
-            if diff.is_empty() {
-                "<p class=muted>no changes</p>".into()
-            } else {
-                diff_html(&diff)
+        ("est. cost", cost(t.cost_usd)),
+    ];
+    let page = html! {
+        (PreEscaped(DOCTYPE))
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width,initial-scale=1";
+                title { "agentbox eval: " (title) }
+                style { (PreEscaped(STYLE)) }
             }
-        );
-        let _ = write!(
-            s,
-            "<details><summary>trajectory</summary>{}</details>",
-            trajectory_html(&out.trajectory(&r.task))
-        );
-        s.push_str("</td></tr>");
-    }
-    s.push_str("</tbody></table></body></html>\n");
-    s
+            body {
+                h1 { "agentbox eval: " (title) }
+                p.muted { (model) " · fixed means agentbox's own final test run passed and no test file changed" }
+                div.cards {
+                    @for (label, value) in &cards {
+                        div.card { span.muted { (label) } b { (value) } }
+                    }
+                }
+                h2 { "Outcomes" }
+                (outcome_chart(results))
+                h2 { "Seconds per task" }
+                (time_chart(results))
+                h2 { "Tasks" }
+                table {
+                    thead {
+                        tr {
+                            th { "task" } th { "outcome" } th { "ended" } th { "tests" } th { "steps" }
+                            th { "tokens in/out" } th { "cost" } th { "seconds" }
+                        }
+                    }
+                    tbody {
+                        @for r in results {
+                            @let k = Kind::of(r);
+                            tr id=(format!("task-{}", r.task)) {
+                                td { b { (r.task) } }
+                                td { span.pill style=(format!("background:{}", k.color())) { (k.label()) } }
+                                td { (r.exit_reason) }
+                                td {
+                                    @match r.tests_passed {
+                                        Some(true) => "pass",
+                                        Some(false) => "fail",
+                                        None => "—",
+                                    }
+                                }
+                                td.num { (r.steps) }
+                                td.num { (r.input_tokens) " / " (r.output_tokens) }
+                                td.num { (cost(r.cost_usd)) }
+                                td.num { (format!("{:.1}", r.wall_secs)) }
+                            }
+                            tr { td colspan="8" { (task_details(r, out)) } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let mut html = page.into_string();
+    html.push('\n');
+    html
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escaping_keeps_markup_out() {
-        assert_eq!(
-            escape("<script>alert('x') & \"y\"</script>"),
-            "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
-        );
-    }
+    use crate::events::{Event, EventSink, Redactor, TrajectoryWriter};
+    use crate::model::{StopReason, ToolArgs, ToolCall, Turn, Usage};
 
     #[test]
     fn diffs_are_coloured_by_line() {
-        let h = diff_html("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old <b>\n+new\n");
-        assert!(h.contains("<span class='del'>-old &lt;b&gt;</span>"));
-        assert!(h.contains("<span class='add'>+new</span>"));
+        let h = diff_html("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old <b>\n+new\n same\n").into_string();
+        assert!(h.contains("<span class=\"del\">-old &lt;b&gt;</span>"), "{h}");
+        assert!(h.contains("<span class=\"add\">+new</span>"), "{h}");
+        assert!(h.contains("<span> same</span>"), "{h}");
+    }
+
+    /// Markup a hostile repository could put in any text the page shows. Each use gets its own
+    /// tag, so the test can tell that every field reached the page, escaped.
+    fn hostile(field: &str) -> String {
+        format!(
+            "<script>alert('{field}')</script>\"'><img src=x onerror=alert('{field}')></details></pre></code>"
+        )
+    }
+
+    #[test]
+    fn text_from_the_repository_and_the_model_reaches_the_page_only_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir {
+            root: dir.path().to_path_buf(),
+        };
+        out.create().unwrap();
+        // A task name is a directory name: no slash.
+        let task = "<b onmouseover=alert(1)>task\"'><img src=x onerror=alert(2)>".to_string();
+        std::fs::write(
+            out.diff(&task),
+            format!(
+                "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-{}\n+{}\n {}\n",
+                hostile("diff-del"),
+                hostile("diff-add"),
+                hostile("diff-context")
+            ),
+        )
+        .unwrap();
+        let w = TrajectoryWriter::create(&out.trajectory(&task), Redactor::default()).unwrap();
+        let call = ToolCall {
+            id: hostile("call-id"),
+            name: hostile("tool-name"),
+            arguments: ToolArgs::Json(serde_json::json!({ "path": hostile("tool-args") })),
+        };
+        let turn = Turn {
+            content: vec![
+                Block::Text {
+                    text: hostile("model-text"),
+                },
+                Block::ToolCall(call.clone()),
+            ],
+            stop: StopReason::Other(hostile("stop-reason")),
+            usage: Usage::default(),
+        };
+        w.emit(&Event::ModelResponse {
+            step: 1,
+            turn: &turn,
+            elapsed_ms: 1,
+            estimated_usage: false,
+        });
+        w.emit(&Event::ToolStarted { step: 1, call: &call });
+        let output = hostile("tool-output");
+        w.emit(&Event::ToolFinished {
+            step: 1,
+            call_id: "c",
+            name: "bash",
+            content: &output,
+            is_error: true,
+            elapsed_ms: 1,
+        });
+        w.emit(&Event::Verifying {
+            command: hostile("verify-command"),
+        });
+        drop(w);
+        let result = TaskResult {
+            task: task.clone(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: true,
+            changed_files: vec![hostile("changed-file"), "ok.py".into()],
+            steps: 1,
+            attempts: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: Outcome::Error,
+            error: Some(hostile("error")),
+            model: hostile("model"),
+            summary: Some(hostile("summary")),
+            started_at: 1.0,
+            finished_at: 2.0,
+            test_command: Some(hostile("test-command")),
+            test_exit_code: Some(1),
+            test_output: hostile("test-output"),
+        };
+        let results = [result];
+        let page = report(
+            &hostile("title"),
+            &hostile("model-name"),
+            &results,
+            &super::super::totals(&results),
+            &out,
+        );
+
+        let fields = [
+            "title",
+            "model-name",
+            "error",
+            "summary",
+            "changed-file",
+            "diff-del",
+            "diff-add",
+            "diff-context",
+            "model-text",
+            "stop-reason",
+            "tool-name",
+            "tool-output",
+            "verify-command",
+            "test-command",
+            "test-output",
+        ];
+        for field in fields {
+            let raw = hostile(field);
+            assert!(!page.contains(&raw), "{field} reached the page unescaped");
+            let escaped = format!("&lt;script&gt;alert('{field}')&lt;/script&gt;&quot;'&gt;&lt;img");
+            assert!(page.contains(&escaped), "{field} is not on the page");
+        }
+        // Tool arguments are shown as JSON text, the markup inside escaped as well.
+        assert!(page.contains("&lt;script&gt;alert('tool-args')&lt;/script&gt;"));
+        // The task name, in the table, the chart and the row's id.
+        assert!(!page.contains(&task));
+        assert!(
+            page.contains("&lt;b onmouseover=alert(1)&gt;task&quot;'&gt;&lt;img src=x onerror=alert(2)&gt;")
+        );
+        assert!(page.contains("id=\"task-&lt;b onmouseover=alert(1)&gt;task&quot;'&gt;"));
+        // Nothing hostile became an element, and every fold closes where the page closes it.
+        for tag in ["<script", "<img", "<b onmouseover"] {
+            assert!(!page.contains(tag), "{tag}");
+        }
+        assert_eq!(page.matches("<details>").count(), 3);
+        assert_eq!(page.matches("</details>").count(), 3);
+        assert_eq!(page.matches("<pre").count(), page.matches("</pre>").count());
+        assert_eq!(page.matches("<code").count(), page.matches("</code>").count());
+    }
+
+    #[test]
+    fn each_task_shows_why_it_ended_and_its_final_test_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutDir {
+            root: dir.path().to_path_buf(),
+        };
+        out.create().unwrap();
+        let result = TaskResult {
+            task: "t".into(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: false,
+            changed_files: vec![],
+            steps: 20,
+            attempts: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: Outcome::StepLimit,
+            error: None,
+            model: "m".into(),
+            summary: None,
+            started_at: 1.0,
+            finished_at: 2.0,
+            test_command: Some("pytest -q".into()),
+            test_exit_code: Some(1),
+            test_output: "FAILED test_a.py::test_x\n1 failed in 0.01s\n".into(),
+        };
+        let results = [result];
+        let page = report("x", "m", &results, &super::super::totals(&results), &out);
+        assert!(page.contains("<td>step_limit</td>"), "{page}");
+        assert!(page.contains("the step limit was reached after 20 step(s)"));
+        assert!(page.contains("<summary>final test run: failed (exit 1) · <code>pytest -q</code></summary>"));
+        assert!(page.contains("<pre class=\"tests\">FAILED test_a.py::test_x\n1 failed in 0.01s\n</pre>"));
+        assert!(page.contains("<p class=\"muted\">no trajectory</p>"));
     }
 }

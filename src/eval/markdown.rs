@@ -1,9 +1,83 @@
-//! `summary.md`: the results as a Markdown table, with totals.
+//! `summary.md`: the results as a Markdown table, with totals, then each task: why it ended
+//! and, folded, its final test output.
+//!
+//! Task names, errors and test output come from a repository that may be hostile, and a
+//! Markdown viewer renders inline HTML: such text goes in as escaped inline text or inside a
+//! code fence longer than any run of backticks in it, never as markup.
 
 use super::{TaskResult, Totals};
 
+/// `s` as inline Markdown text: the characters that could start markup (emphasis, links,
+/// HTML, code, table cells) backslash-escaped, line breaks flattened to spaces.
+fn inline(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '<' | '>' | '&' | '|' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` in a fenced code block that nothing in it can close.
+fn fenced(s: &str) -> String {
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    let body = s.strip_suffix('\n').unwrap_or(s);
+    format!("{fence}text\n{body}\n{fence}\n")
+}
+
+/// `s` as an inline code span that nothing in it can close.
+fn code_span(s: &str) -> String {
+    let flat = s.replace(['\n', '\r'], " ");
+    let longest = flat.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let ticks = "`".repeat(longest + 1);
+    // A backtick at either end would join the delimiters; Markdown strips one space each side.
+    let pad = if flat.starts_with('`') || flat.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{flat}{pad}{ticks}")
+}
+
+fn task_section(r: &TaskResult) -> String {
+    let mark = if r.fixed { "fixed" } else { "not fixed" };
+    let mut s = format!("### {}: {mark}\n\n", inline(&r.task));
+    s.push_str(&format!("- ended: {} after {} step(s)", r.ended(), r.steps));
+    if r.attempts > 1 {
+        s.push_str(&format!(" and {} attempts", r.attempts));
+    }
+    s.push('\n');
+    if r.tests_changed {
+        s.push_str("- a test file was changed: not counted as fixed\n");
+    }
+    s.push_str(&format!("- final test run: {}", r.test_verdict()));
+    if let Some(cmd) = &r.test_command {
+        s.push_str(&format!(", {}", code_span(cmd)));
+    }
+    s.push('\n');
+    if let Some(e) = &r.error {
+        s.push_str(&format!("\nerror:\n\n{}", fenced(e)));
+    }
+    if !r.test_output.is_empty() {
+        // A blank line after `<summary>` lets the fence inside be read as Markdown.
+        s.push_str(&format!(
+            "\n<details><summary>final test output</summary>\n\n{}\n</details>\n",
+            fenced(&r.test_output)
+        ));
+    }
+    s.push('\n');
+    s
+}
+
 pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
-    let mut s = format!("# agentbox eval: {title}\n\n");
+    let mut s = format!("# agentbox eval: {}\n\n", inline(title));
     let rate = if t.tasks > 0 {
         100.0 * t.fixed as f64 / t.tasks as f64
     } else {
@@ -48,13 +122,13 @@ pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
             Some(e) => format!(
                 "{}: {}",
                 r.exit_reason,
-                e.replace('|', "\\|").chars().take(80).collect::<String>()
+                inline(&e.chars().take(80).collect::<String>())
             ),
             None => r.exit_reason.to_string(),
         };
         s.push_str(&format!(
             "| {} | {} | {tests} | {} | {} | {}/{} | {cost} | {:.1} | {ended} |\n",
-            r.task,
+            inline(&r.task),
             if r.fixed { "yes" } else { "no" },
             if r.tests_changed { "yes" } else { "no" },
             r.steps,
@@ -63,5 +137,99 @@ pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
             r.wall_secs
         ));
     }
+    s.push_str("\n## Tasks\n\n");
+    for r in results {
+        s.push_str(&task_section(r));
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Outcome;
+
+    fn result() -> TaskResult {
+        TaskResult {
+            task: "t".into(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: false,
+            changed_files: vec![],
+            steps: 4,
+            attempts: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: Outcome::Finished,
+            error: None,
+            model: "m".into(),
+            summary: None,
+            started_at: 1.0,
+            finished_at: 2.0,
+            test_command: Some("pytest -q".into()),
+            test_exit_code: Some(1),
+            test_output: "FAILED test_a.py::test_x\n1 failed\n".into(),
+        }
+    }
+
+    #[test]
+    fn each_task_says_why_it_ended_with_its_test_output_folded() {
+        let mut error = result();
+        error.task = "e".into();
+        error.exit_reason = Outcome::Error;
+        error.error = Some("the model API failed\nafter 4 attempts".into());
+        error.tests_passed = None;
+        error.test_command = None;
+        error.test_exit_code = None;
+        error.test_output = String::new();
+        let rs = [result(), error];
+        let md = summary("x", &rs, &super::super::totals(&rs));
+        assert!(
+            md.contains(
+                "| e | no | — | no | 4 | 1/1 | — | 1.0 | error: the model API failed after 4 attempts |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains(
+            "### t: not fixed\n\n- ended: the model finished after 4 step(s)\n- final test run: failed (exit 1), `pytest -q`\n\n<details><summary>final test output</summary>\n\n```text\nFAILED test_a.py::test_x\n1 failed\n```\n\n</details>\n"
+        ), "{md}");
+        assert!(md.contains(
+            "### e: not fixed\n\n- ended: an error stopped it after 4 step(s)\n- final test run: no test run\n\nerror:\n\n```text\nthe model API failed\nafter 4 attempts\n```\n"
+        ), "{md}");
+    }
+
+    #[test]
+    fn repository_text_cannot_become_markup() {
+        let mut r = result();
+        r.task = "<img src=x onerror=alert(1)>|x".into();
+        r.error = Some("``` </details> <script>".into());
+        r.test_command = Some("a ` b".into());
+        r.test_output = "````\n</details><script>alert(1)</script>\n".into();
+        let rs = [r];
+        let md = summary("x", &rs, &super::super::totals(&rs));
+        // Outside the fences, markup characters are escaped.
+        assert!(!md.contains(" <img") && !md.contains("|<img"), "{md}");
+        assert!(
+            md.contains("| finished: \\`\\`\\` \\</details\\> \\<script\\> |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("### \\<img src=x onerror=alert(1)\\>\\|x: not fixed"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| \\<img src=x onerror=alert(1)\\>\\|x | no |"),
+            "{md}"
+        );
+        // The fences are longer than any run of backticks inside them.
+        assert!(md.contains("\n````text\n``` </details> <script>\n````\n"), "{md}");
+        assert!(
+            md.contains("\n`````text\n````\n</details><script>alert(1)</script>\n`````\n"),
+            "{md}"
+        );
+        assert!(md.contains(", ``a ` b``\n"), "{md}");
+        assert_eq!(md.matches("<details>").count(), 1);
+    }
 }

@@ -151,6 +151,57 @@ pub struct TaskResult {
     pub summary: Option<String>,
     pub started_at: f64,
     pub finished_at: f64,
+    // Results written before these fields existed still load (`serde(default)`).
+    /// The command of agentbox's own final test run; `None` when it knew none or never got
+    /// that far.
+    #[serde(default)]
+    pub test_command: Option<String>,
+    #[serde(default)]
+    pub test_exit_code: Option<i64>,
+    /// The end of that run's output, at most [`TEST_OUTPUT_MAX`] bytes.
+    #[serde(default)]
+    pub test_output: String,
+}
+
+/// How much of the final test run's output a result keeps: the end, where test runners put
+/// their failures and counts.
+pub const TEST_OUTPUT_MAX: usize = 3000;
+
+impl TaskResult {
+    /// Why the run ended, in words (the error itself is in `error`).
+    pub fn ended(&self) -> &'static str {
+        match self.exit_reason {
+            Outcome::Finished => "the model finished",
+            Outcome::StepLimit => "the step limit was reached",
+            Outcome::Error => "an error stopped it",
+        }
+    }
+
+    /// The final test run's verdict, in words.
+    pub fn test_verdict(&self) -> String {
+        let exit = self
+            .test_exit_code
+            .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default();
+        match (self.tests_passed, &self.test_command) {
+            (Some(true), _) => format!("passed{exit}"),
+            (Some(false), _) => format!("failed{exit}"),
+            (None, Some(_)) => "not run to the end".into(),
+            (None, None) => "no test run".into(),
+        }
+    }
+}
+
+/// The last `max` bytes of `s` at most, cut at a character boundary, marked when cut.
+fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[… {start} bytes before]\n{}", &s[start..])
 }
 
 fn one() -> u32 {
@@ -237,6 +288,9 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         summary: None,
         started_at,
         finished_at: now_secs(),
+        test_command: None,
+        test_exit_code: None,
+        test_output: String::new(),
     };
     let writer = match TrajectoryWriter::create(
         &out.trajectory(&task.name),
@@ -291,6 +345,9 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         summary: report.summary,
         started_at,
         finished_at: now_secs(),
+        test_command: report.tests.command,
+        test_exit_code: report.tests.exit_code,
+        test_output: tail(&report.tests.output_tail, TEST_OUTPUT_MAX),
     }
 }
 
@@ -442,6 +499,9 @@ mod tests {
             summary: None,
             started_at: 1.0,
             finished_at: 2.0,
+            test_command: Some("pytest -q".into()),
+            test_exit_code: Some(1),
+            test_output: "1 failed".into(),
         };
         log.append(&r).unwrap();
         r.fixed = true;
@@ -451,5 +511,36 @@ mod tests {
         assert!(loaded["t"].fixed);
         let t = totals(&loaded.values().cloned().collect::<Vec<_>>());
         assert_eq!((t.tasks, t.fixed), (1, 1));
+        assert_eq!(loaded["t"].test_command.as_deref(), Some("pytest -q"));
+        assert_eq!(loaded["t"].test_output, "1 failed");
+    }
+
+    #[test]
+    fn results_written_before_the_test_run_was_kept_still_load() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("r.jsonl");
+        std::fs::write(
+            &path,
+            r#"{"task":"old","fixed":true,"tests_passed":true,"tests_changed":false,"changed_files":["a.py"],"steps":3,"attempts":1,"input_tokens":5,"output_tokens":6,"cost_usd":null,"wall_secs":1.5,"exit_reason":"finished","error":null,"model":"m","summary":"done","started_at":1.0,"finished_at":2.5}"#,
+        )
+        .unwrap();
+        let old = &load_results(&path)["old"];
+        assert!(old.fixed);
+        assert_eq!((old.test_command.as_deref(), old.test_exit_code), (None, None));
+        assert_eq!(old.test_output, "");
+        assert_eq!(old.test_verdict(), "passed");
+    }
+
+    #[test]
+    fn the_test_output_keeps_its_end() {
+        assert_eq!(tail("short", 10), "short");
+        let long = format!("{}é end", "x".repeat(20));
+        let kept = tail(&long, 6);
+        assert!(
+            kept.ends_with("é end") && kept.starts_with("[… 20 bytes before]"),
+            "{kept}"
+        );
+        // Cutting inside a character moves to the next boundary.
+        assert!(tail(&long, 5).ends_with("\n end"), "{}", tail(&long, 5));
     }
 }

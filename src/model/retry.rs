@@ -58,41 +58,17 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Ok(secs) = value.parse::<f64>() {
         return Some(Duration::from_secs_f64(secs.max(0.0)));
     }
-    let when = httpdate_to_unix(value)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(when.saturating_sub(now)))
+    // A date in the past means now.
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
 }
 
-/// RFC 7231 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") to Unix seconds.
+/// An HTTP date (IMF-fixdate, and the obsolete RFC 850 and asctime forms a server may still
+/// send) to Unix seconds.
+#[cfg(test)]
 fn httpdate_to_unix(s: &str) -> Option<u64> {
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    if parts.len() != 6 || parts[5] != "GMT" {
-        return None;
-    }
-    let day: u64 = parts[1].parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| *m == parts[2])? as u64
-        + 1;
-    let year: u64 = parts[3].parse().ok()?;
-    let hms: Vec<u64> = parts[4].split(':').filter_map(|p| p.parse().ok()).collect();
-    if hms.len() != 3 {
-        return None;
-    }
-    // Days from civil date (Howard Hinnant's algorithm).
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+    let when = httpdate::parse_http_date(s).ok()?;
+    Some(when.duration_since(UNIX_EPOCH).ok()?.as_secs())
 }
 
 /// The `message` of a JSON error body (both providers' shapes), else the start of the body.
@@ -256,6 +232,20 @@ mod tests {
         assert_eq!(
             httpdate_to_unix("Sun, 06 Nov 1994 08:49:37 GMT"),
             Some(784_111_777)
+        );
+        // The obsolete forms a server may still send, and a date to wait for.
+        assert_eq!(
+            httpdate_to_unix("Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(httpdate_to_unix("Sun Nov  6 08:49:37 1994"), Some(784_111_777));
+        assert_eq!(httpdate_to_unix("06 Nov 1994"), None);
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+        h.insert(RETRY_AFTER, HeaderValue::from_str(&later).unwrap());
+        let wait = retry_after(&h).unwrap();
+        assert!(
+            wait > Duration::from_secs(28) && wait <= Duration::from_secs(30),
+            "{wait:?}"
         );
     }
 
