@@ -2,6 +2,9 @@
 //! pack it) until the user asks for `--apply`, and then it is written only with what changed,
 //! refusing if the host files changed meanwhile.
 
+pub mod hostfs;
+pub mod links;
+pub mod names;
 pub mod patch;
 
 use std::collections::BTreeMap;
