@@ -442,7 +442,13 @@ impl Session {
                 set.skipped.len()
             ),
         });
-        report.warnings.extend(isolate::readback::warnings(&set.skipped));
+        if let Some(message) = isolate::readback::caches_note(&set.skipped) {
+            self.events.emit(&Event::Note { message });
+        }
+        report.warnings.extend(isolate::readback::warnings(
+            &set.skipped,
+            isolate::readback::Limits::default(),
+        ));
         let patch_path = iso.settings.write_patch.then(|| {
             iso.settings
                 .patch
@@ -495,12 +501,33 @@ impl Session {
                     removed: counts.map(|c| c.1),
                 }
             })
-            .chain(set.skipped.iter().map(|s| crate::report::ChangedFile {
-                path: s.shown(),
-                added: None,
-                removed: None,
-            }))
+            // Project files the patch lacks are changes all the same (an eval must see a
+            // test file among them); caches and `.git` are listed apart, as "not in the diff".
+            .chain(
+                set.skipped
+                    .iter()
+                    .filter(|s| !s.is_cache())
+                    .map(|s| crate::report::ChangedFile {
+                        path: s.shown(),
+                        added: None,
+                        removed: None,
+                    }),
+            )
             .collect();
+        let caches: Vec<String> = set
+            .skipped
+            .iter()
+            .filter(|s| s.is_cache())
+            .map(|s| s.shown())
+            .collect();
+        report.changed_outside_diff = Some(crate::report::OutsideDiff {
+            total: caches.len(),
+            paths: caches
+                .into_iter()
+                .take(crate::sandbox::hostscan::MAX_LISTED_CHANGES)
+                .collect(),
+            incomplete: false,
+        });
         if iso.settings.apply {
             let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
             let applied = if !missing.is_empty() {

@@ -370,15 +370,21 @@ async fn a_deleted_big_file_and_huge_caches_cost_little_and_are_reported() {
     );
     let read = run.bytes_read_back();
     assert!(read < 16 << 20, "{read} bytes read back for 2000 MB of caches");
-    let changed = run.changed();
-    for path in ["app.py", "big.bin", ".pytest_cache/", "pkg/__pycache__/"] {
-        assert!(changed.iter().any(|c| c == path), "{path} not in {changed:?}");
-    }
+    // Not "changes: none": the patch's files, and apart, the caches that were left behind,
+    // with a warning saying how large and why.
+    assert_eq!(run.changed(), ["app.py", "big.bin"]);
+    let outside = &run.report["changed_outside_diff"]["paths"];
+    assert_eq!(
+        outside,
+        &json!([".pytest_cache/", "pkg/__pycache__/"]),
+        "{}",
+        run.report
+    );
     let warnings = run.warnings();
     assert!(
-        warnings.contains(".pytest_cache/")
+        warnings.contains(".pytest_cache/ (2 entries, 1000.0 MiB)")
             && warnings.contains("pkg/__pycache__/")
-            && warnings.contains("cache"),
+            && warnings.contains("never brought back"),
         "{warnings}"
     );
     // The host is untouched; real `git apply` accepts the patch on a copy and deletes big.bin.
@@ -483,6 +489,40 @@ const WEIRD: &str = r#"printf 1 > $'new\nline.txt' && printf 2 > $'tab\there.txt
  && mkdir -p $'inj\ndiff --git a' && printf pwned > $'inj\ndiff --git a/INJECTED b' \
  && printf changed >> $'old\tname.txt' && rm 'del"me.txt'"#;
 
+/// A name as git's `unquote_c_style` reads it back.
+fn unquote(shown: &str) -> Vec<u8> {
+    let b = shown.as_bytes();
+    if b.len() < 2 || b[0] != b'"' || b[b.len() - 1] != b'"' {
+        return b.to_vec();
+    }
+    let (mut out, mut i) = (Vec::new(), 1);
+    while i < b.len() - 1 {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let c = b[i + 1];
+        i += 2;
+        out.push(match c {
+            b'a' => 7,
+            b'b' => 8,
+            b't' => b'\t',
+            b'n' => b'\n',
+            b'v' => 11,
+            b'f' => 12,
+            b'r' => b'\r',
+            b'0'..=b'3' => {
+                let v = (c - b'0') * 64 + (b[i] - b'0') * 8 + (b[i + 1] - b'0');
+                i += 2;
+                v
+            }
+            other => other,
+        });
+    }
+    out
+}
+
 fn weird_project() -> Project {
     let p = Project::new(&[
         ("app.py", "x = 1\n"),
@@ -517,22 +557,31 @@ async fn names_are_quoted_as_git_does_in_the_patch_and_the_changes() {
         b"pwned"
     );
 
-    // The changes list is git's own quoting of the changed names, line for line.
-    let out = git(project.path(), &["add", "-A"]);
-    assert!(out.status.success());
+    // The change list names exactly the files git sees changed, each on one line, quoted so
+    // that git's unquoting gives the name back byte for byte.
+    git(project.path(), &["add", "-A"]);
     let names = git(
         project.path(),
-        &["diff", "--cached", "--name-only", "--no-renames", "HEAD"],
+        &["diff", "--cached", "--name-only", "-z", "--no-renames", "HEAD"],
     );
-    let mut expected: Vec<String> = text(&names.stdout).lines().map(String::from).collect();
-    let mut changed = run.changed();
-    expected.sort();
-    changed.sort();
-    assert_eq!(changed, expected);
+    let mut expected: Vec<Vec<u8>> = names
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let changed = run.changed();
     assert!(
         changed.iter().all(|c| !c.chars().any(char::is_control)),
         "{changed:?}"
     );
+    let mut unquoted: Vec<Vec<u8>> = changed.iter().map(|c| unquote(c)).collect();
+    expected.sort();
+    unquoted.sort();
+    assert_eq!(unquoted, expected, "{changed:?}");
+    for shown in [r#""new\nline.txt""#, r#""bad\377byte.txt""#, "café.txt"] {
+        assert!(changed.contains(&shown.to_string()), "{shown} in {changed:?}");
+    }
 
     // Real `git apply` takes the patch, and gives exactly what --apply wrote.
     let pristine = weird_project();

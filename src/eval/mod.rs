@@ -268,11 +268,8 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         ),
         Err(e) => (Vec::new(), Some(e)),
     };
-    // A cache the test run rewrote (`tests/__pycache__/`) is listed too, but is no test.
-    let tests_changed = changes_error.is_some()
-        || changed
-            .iter()
-            .any(|p| !crate::isolate::readback::is_cache_entry(p) && is_test_file(p, &task.toml.test_files));
+    let tests_changed =
+        changes_error.is_some() || changed.iter().any(|p| is_test_file(p, &task.toml.test_files));
     if let Some(diff) = &report.diff {
         let _ = std::fs::write(out.diff(&task.name), diff);
     }

@@ -446,7 +446,7 @@ fn check<'a>(
             return Err(IsolateError::Refused(format!(
                 "{} is a link to {}, which leads outside the project ({})",
                 ch.path,
-                names::quote_c_style(t.as_os_str().as_bytes()),
+                crate::gitquote::quote_path(t.as_os_str().as_bytes()),
                 escape_words(&e)
             )));
         }

@@ -2,8 +2,8 @@
 //!
 //! A name the sandbox made can hold any byte but `/` and NUL: newlines, tabs, quotes, escape
 //! sequences, bytes that are not UTF-8. Kept as bytes, it is written back exactly; printed, it
-//! is always quoted the way git quotes it (`quote_c_style` in git's quote.c, with the default
-//! `core.quotePath`), so it can neither break a patch nor add a line to a report.
+//! is always quoted the way git quotes it ([`crate::gitquote`], as the rest of agentbox prints
+//! names), so it can neither break a patch nor add a line to a report.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -77,21 +77,21 @@ impl RelPath {
 
     /// The path as git prints it: as is, or in double quotes with C escapes.
     pub fn quoted(&self) -> String {
-        quote_c_style(&self.0)
+        crate::gitquote::quote_path(&self.0)
     }
 
     /// The path as git prints it with a prefix (`a/`, `b/`) inside the quotes.
     pub fn quoted_with(&self, prefix: &str) -> String {
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(&self.0);
-        quote_c_style(&full)
+        crate::gitquote::quote_path(&full)
     }
 
     /// A directory path as the change list shows it: with a trailing `/`.
     pub fn quoted_dir(&self) -> String {
         let mut full = self.0.clone();
         full.push(b'/');
-        quote_c_style(&full)
+        crate::gitquote::quote_path(&full)
     }
 }
 
@@ -102,55 +102,14 @@ impl std::fmt::Display for RelPath {
     }
 }
 
-/// Whether git quotes a name holding `b` (quote.c's `cq_must_quote` with `core.quotePath`
-/// true, its default): control characters, `"`, `\`, DEL and every byte of a multi-byte or
-/// non-UTF-8 sequence.
-fn must_quote(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\' || b >= 0x7f
-}
-
-/// `name` as git's `quote_c_style` writes it: unchanged when nothing needs quoting, else in
-/// double quotes with `\a \b \t \n \v \f \r \" \\` and three-digit octal for the other bytes.
-pub fn quote_c_style(name: &[u8]) -> String {
-    if !name.iter().any(|&b| must_quote(b)) {
-        // Only bytes below 0x7f, none of them special: plain ASCII.
-        return name.iter().map(|&b| b as char).collect();
-    }
-    let mut out = String::with_capacity(name.len() + 8);
-    out.push('"');
-    for &b in name {
-        let escaped = match b {
-            0x07 => Some('a'),
-            0x08 => Some('b'),
-            b'\t' => Some('t'),
-            b'\n' => Some('n'),
-            0x0b => Some('v'),
-            0x0c => Some('f'),
-            b'\r' => Some('r'),
-            b'"' => Some('"'),
-            b'\\' => Some('\\'),
-            _ => None,
-        };
-        match escaped {
-            Some(c) => {
-                out.push('\\');
-                out.push(c);
-            }
-            None if must_quote(b) => out.push_str(&format!("\\{b:03o}")),
-            None => out.push(b as char),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn quoting_is_gits() {
-        // Compared with `git ls-files` / `git diff --name-only` output for the same names.
+        // As `git -c core.quotePath=false ls-files` prints the same names (bytes that are not
+        // UTF-8 octal-escaped, where git would print them raw).
         let cases: &[(&[u8], &str)] = &[
             (b"plain/name.txt", "plain/name.txt"),
             (b"sp ace", "sp ace"),
@@ -159,11 +118,11 @@ mod tests {
             (b"quote\"d", r#""quote\"d""#),
             (b"back\\slash", r#""back\\slash""#),
             (b"bad\xffbyte", r#""bad\377byte""#),
-            (b"caf\xc3\xa9", r#""caf\303\251""#),
+            (b"caf\xc3\xa9", "café"),
             (b"bell\x07\x08\x0b\x0c\r\x01\x7f", r#""bell\a\b\v\f\r\001\177""#),
         ];
         for (raw, want) in cases {
-            assert_eq!(quote_c_style(raw), *want, "{raw:?}");
+            assert_eq!(RelPath::new(raw.to_vec()).unwrap().quoted(), *want, "{raw:?}");
         }
         assert_eq!(
             RelPath::new(b"x\ny".to_vec()).unwrap().quoted_with("a/"),
@@ -173,27 +132,33 @@ mod tests {
 
     #[test]
     fn git_reads_the_quoted_names_back() {
-        // git's own reading of our quoting: `git apply` of a patch with the names quoted.
-        let dir = tempfile::tempdir().unwrap();
-        let name = b"n\nl\t\"q\\b\xff z".to_vec();
-        let path = RelPath::new(name.clone()).unwrap();
-        let patch = format!(
-            "diff --git {a} {b}\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..{id}\n--- /dev/null\n+++ {b}\t\n@@ -0,0 +1 @@\n+x\n",
-            a = path.quoted_with("a/"),
-            b = path.quoted_with("b/"),
-            id = super::super::patch::blob_id(b"x\n"),
-        );
-        std::fs::write(dir.path().join("p.patch"), patch).unwrap();
-        let out = std::process::Command::new("git")
-            .args(["apply", "p.patch"])
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(
-            std::fs::read(dir.path().join(OsStr::from_bytes(&name))).unwrap(),
-            b"x\n"
-        );
+        // git's own reading of our quoting: `git apply` of a patch with the names quoted, one
+        // holding UTF-8 (kept as is inside the quotes), one a byte that is not UTF-8.
+        for name in [
+            "n\nl\t\"q\\b\u{e9} z".as_bytes().to_vec(),
+            b"bad\xff\x1b[31m".to_vec(),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = RelPath::new(name.clone()).unwrap();
+            let patch = format!(
+                "diff --git {a} {b}\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..{id}\n--- /dev/null\n+++ {b}\t\n@@ -0,0 +1 @@\n+x\n",
+                a = path.quoted_with("a/"),
+                b = path.quoted_with("b/"),
+                id = super::super::patch::blob_id(b"x\n"),
+            );
+            assert!(!patch.contains('\x1b') && patch.lines().count() == 7, "{patch}");
+            std::fs::write(dir.path().join("p.patch"), patch).unwrap();
+            let out = std::process::Command::new("git")
+                .args(["apply", "p.patch"])
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(
+                std::fs::read(dir.path().join(OsStr::from_bytes(&name))).unwrap(),
+                b"x\n"
+            );
+        }
     }
 
     #[test]

@@ -77,12 +77,6 @@ fn ignored_root(rel: &RelPath) -> (RelPath, bool) {
     }
 }
 
-/// Whether a path shown in a report's change list is an ignored directory (shown with a
-/// trailing `/`): a cache or `.git`, never brought back.
-pub fn is_cache_entry(shown: &str) -> bool {
-    shown.ends_with('/') || shown.ends_with("/\"")
-}
-
 /// The command that lists the sandbox's project: `TYPE SIZE PATH`, NUL-terminated (a
 /// path can hold a newline, never a NUL).
 pub fn listing_command() -> Vec<String> {
@@ -160,6 +154,10 @@ pub struct Skipped {
 }
 
 impl Skipped {
+    pub fn is_cache(&self) -> bool {
+        matches!(self.why, Skip::Cache { .. })
+    }
+
     /// As the change list shows it: quoted as git does, a directory with a trailing `/`.
     pub fn shown(&self) -> String {
         if self.is_dir {
@@ -200,44 +198,54 @@ impl Skipped {
     }
 }
 
-/// The report's lines about what was not brought back: one for every path a patch lacks, one
-/// for all the caches.
-pub fn warnings(skipped: &[Skipped]) -> Vec<String> {
-    const SHOWN: usize = 20;
-    let mut out: Vec<String> = skipped
+/// The report's warnings about what was not brought back: each path a patch lacks, and
+/// caches that grew large (a test run's usual cache is listed as changed, not warned about).
+pub fn warnings(skipped: &[Skipped], limits: Limits) -> Vec<String> {
+    skipped
         .iter()
-        .filter(|s| !matches!(s.why, Skip::Cache { .. }))
+        .filter(|s| match s.why {
+            Skip::Cache { bytes, .. } => bytes > limits.file,
+            _ => true,
+        })
         .map(|s| {
+            let tail = if s.is_cache() {
+                "; caches and git directories are never brought back"
+            } else if s.blocks_apply() {
+                "; --apply refuses while part of the changes is missing"
+            } else {
+                ""
+            };
             format!(
-                "not brought back from the sandbox: {} ({}){}",
+                "not brought back from the sandbox: {} ({}){tail}",
                 s.shown(),
-                s.reason(),
-                if s.blocks_apply() {
-                    "; --apply refuses while part of the changes is missing"
-                } else {
-                    ""
-                }
+                s.reason()
             )
         })
-        .collect();
+        .collect()
+}
+
+/// One line on the caches and git directories that changed in the sandbox (for the progress
+/// output), or `None`.
+pub fn caches_note(skipped: &[Skipped]) -> Option<String> {
+    const SHOWN: usize = 20;
     let caches: Vec<String> = skipped
         .iter()
-        .filter(|s| matches!(s.why, Skip::Cache { .. }))
+        .filter(|s| s.is_cache())
         .map(|s| format!("{} ({})", s.shown(), s.reason()))
         .collect();
-    if !caches.is_empty() {
-        let more = caches.len().saturating_sub(SHOWN);
-        out.push(format!(
-            "not brought back from the sandbox (caches and git directories never are): {}{}",
-            caches[..caches.len().min(SHOWN)].join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        ));
+    if caches.is_empty() {
+        return None;
     }
-    out
+    let more = caches.len().saturating_sub(SHOWN);
+    Some(format!(
+        "changed in caches and git directories, never brought back: {}{}",
+        caches[..caches.len().min(SHOWN)].join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// Ignored paths seen in the sandbox (in the listing or the archive), to tell which ignored
@@ -847,15 +855,20 @@ mod tests {
             ]
         );
         assert_eq!(set.missing().len(), 1);
-        let w = warnings(&set.skipped);
-        assert_eq!(w.len(), 2, "{w:?}");
+        let w = warnings(&set.skipped, SMALL);
+        assert_eq!(w.len(), 2, "the small cache is not warned about: {w:?}");
         assert!(
             w[0].contains("blob.bin") && w[0].contains("--apply refuses"),
             "{w:?}"
         );
         assert!(
-            w[1].contains("never are): .pytest_cache/ (2 entries, 9 bytes), src/__pycache__/"),
+            w[1].contains("src/__pycache__/ (3 entries, 1000.0 MiB); caches and git directories are never"),
             "{w:?}"
+        );
+        let note = caches_note(&set.skipped).unwrap();
+        assert!(
+            note.ends_with("never brought back: .pytest_cache/ (2 entries, 9 bytes), src/__pycache__/ (3 entries, 1000.0 MiB)"),
+            "{note}"
         );
     }
 
@@ -894,6 +907,5 @@ mod tests {
         let set = read(&workspace_tar(&refs), &manifest, plan(&manifest, None, SMALL)).unwrap();
         assert_eq!(set.changes.len(), 4, "4 x 3000 bytes fit in 12000");
         assert!(matches!(set.skipped[0].why, Skip::OverTotal { .. }) && set.skipped[0].blocks_apply());
-        assert!(is_cache_entry(".pytest_cache/") && is_cache_entry(r#""a\nb/""#) && !is_cache_entry("a"));
     }
 }
