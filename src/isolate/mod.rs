@@ -1,17 +1,29 @@
 //! `--isolate`: copy the project in, bring a patch out. The host directory is only read (to
 //! pack it) until the user asks for `--apply`, and then it is written only with what changed,
 //! refusing if the host files changed meanwhile.
+//!
+//! Everything the sandbox left is hostile data here: names may hold any byte ([`names`]),
+//! links may be chained to lead outside ([`links`]), the project may hold FIFOs and the
+//! sandbox huge files ([`hostfs`], [`readback`]).
 
+pub mod hostfs;
+pub mod links;
+pub mod names;
 pub mod patch;
+pub mod readback;
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
-use crate::workspace::CACHE_DIRS;
+use hostfs::{OpenError, Owner, open_regular};
+pub use names::RelPath;
+pub use readback::{ChangeSet, Skip, Skipped};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IsolateError {
@@ -31,20 +43,35 @@ pub enum IsolateError {
     Refused(String),
     #[error("the sandbox returned an unreadable archive for {path}: {reason}")]
     Archive { path: String, reason: String },
+    #[error(
+        "the sandbox's files came to more than the {budget} bytes agentbox reads back \
+         (what was listed before reading, and what was copied in, allow no more)"
+    )]
+    TooMuch { budget: u64 },
+    #[error("reading the sandbox's files back took longer than {0} s")]
+    TooSlow(u64),
 }
 
 /// What a path was when the project was packed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
     Dir,
-    File { sha256: [u8; 32], mode: u32 },
-    Symlink { target: PathBuf },
+    File {
+        sha256: [u8; 32],
+        /// git's blob id, so a patch can name the original without reading it again.
+        blob: [u8; 20],
+        size: u64,
+        mode: u32,
+    },
+    Symlink {
+        target: PathBuf,
+    },
 }
 
-/// Every packed path (relative, `/`-separated) and what it was.
+/// Every packed path and what it was.
 #[derive(Debug, Default, Clone)]
 pub struct Manifest {
-    pub entries: BTreeMap<String, Entry>,
+    pub entries: BTreeMap<RelPath, Entry>,
 }
 
 pub struct Packed {
@@ -53,34 +80,31 @@ pub struct Packed {
     pub bytes: u64,
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().into())
+/// Hashes what passes through, for the manifest, while the tar builder copies it.
+struct Hashing<R> {
+    inner: R,
+    sha256: Sha256,
+    sha1: Sha1,
+    n: u64,
 }
 
-fn rel_string(rel: &Path) -> String {
-    rel.components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join("/")
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let got = self.inner.read(buf)?;
+        self.sha256.update(&buf[..got]);
+        self.sha1.update(&buf[..got]);
+        self.n += got as u64;
+        Ok(got)
+    }
 }
 
 /// Tar the project (symlinks as symlinks, never followed; sockets, fifos and devices
-/// skipped), owned by `uid:gid` inside, and record what each path was.
+/// skipped, and never opened), owned by `uid:gid` inside, and record what each path was.
 pub fn pack(
     project: &Path,
     uid: u32,
     gid: u32,
-    exclude: &dyn Fn(&str) -> bool,
+    exclude: &dyn Fn(&RelPath) -> bool,
 ) -> Result<Packed, IsolateError> {
     let read_err = |p: &Path| {
         let path = p.display().to_string();
@@ -97,21 +121,32 @@ pub fn pack(
     builder.follow_symlinks(false);
     let mut manifest = Manifest::default();
     let mut bytes = 0u64;
-    let mut stack = vec![PathBuf::new()];
+    let mut stack: Vec<Option<RelPath>> = vec![None];
     while let Some(rel_dir) = stack.pop() {
-        let dir = project.join(&rel_dir);
+        let dir = match &rel_dir {
+            Some(r) => project.join(r.as_path()),
+            None => project.to_path_buf(),
+        };
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
             .map_err(read_err(&dir))?
             .collect::<Result<_, _>>()
             .map_err(read_err(&dir))?;
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
-            let rel = rel_dir.join(entry.file_name());
-            let key = rel_string(&rel);
+            let name = entry.file_name();
+            let mut key = rel_dir
+                .as_ref()
+                .map(|r| r.as_bytes().to_vec())
+                .unwrap_or_default();
+            if !key.is_empty() {
+                key.push(b'/');
+            }
+            key.extend_from_slice(name.as_bytes());
+            let Some(key) = RelPath::new(key) else { continue };
             if exclude(&key) {
                 continue;
             }
-            let full = project.join(&rel);
+            let full = project.join(key.as_path());
             let meta = std::fs::symlink_metadata(&full).map_err(read_err(&full))?;
             let mut header = tar::Header::new_gnu();
             header.set_uid(uid as u64);
@@ -123,38 +158,64 @@ pub fn pack(
                 header.set_entry_type(tar::EntryType::Directory);
                 header.set_size(0);
                 builder
-                    .append_data(&mut header, &rel, std::io::empty())
+                    .append_data(&mut header, key.as_path(), std::io::empty())
                     .map_err(read_err(&full))?;
-                manifest.entries.insert(key, Entry::Dir);
-                stack.push(rel);
+                manifest.entries.insert(key.clone(), Entry::Dir);
+                stack.push(Some(key));
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&full).map_err(read_err(&full))?;
                 header.set_entry_type(tar::EntryType::Symlink);
                 header.set_size(0);
                 builder
-                    .append_link(&mut header, &rel, &target)
+                    .append_link(&mut header, key.as_path(), &target)
                     .map_err(read_err(&full))?;
                 manifest.entries.insert(key, Entry::Symlink { target });
             } else if ft.is_file() {
-                let sha256 = sha256_file(&full).map_err(read_err(&full))?;
-                let file = std::fs::File::open(&full).map_err(read_err(&full))?;
+                let (file, meta) = match open_regular(&full) {
+                    Ok(opened) => opened,
+                    // Swapped for something else since the lstat: like any special file, not
+                    // copied in.
+                    Err(OpenError::NotRegular(_)) => continue,
+                    Err(OpenError::Io(e)) => return Err(read_err(&full)(e)),
+                };
+                let size = meta.len();
+                let mut sha1 = Sha1::new();
+                sha1.update(format!("blob {size}\0").as_bytes());
+                // Exactly `size` bytes, hashed as they go into the archive: one read, and the
+                // manifest describes what the sandbox got.
+                let mut hashing = Hashing {
+                    inner: file.take(size),
+                    sha256: Sha256::new(),
+                    sha1,
+                    n: 0,
+                };
                 header.set_entry_type(tar::EntryType::Regular);
-                header.set_size(meta.len());
+                header.set_size(size);
                 builder
-                    .append_data(&mut header, &rel, file)
+                    .append_data(&mut header, key.as_path(), &mut hashing)
                     .map_err(read_err(&full))?;
-                bytes += meta.len();
+                if hashing.n != size {
+                    return Err(read_err(&full)(std::io::Error::other(
+                        "it changed while it was being copied",
+                    )));
+                }
+                bytes += size;
                 manifest.entries.insert(
                     key,
                     Entry::File {
-                        sha256,
+                        sha256: hashing.sha256.finalize().into(),
+                        blob: hashing.sha1.finalize().into(),
+                        size,
                         mode: meta.mode() & 0o7777,
                     },
                 );
             }
         }
     }
-    builder.into_inner().map_err(read_err(project))?;
+    builder
+        .into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(read_err(project))?;
     Ok(Packed {
         tar: tar_file,
         manifest,
@@ -167,7 +228,7 @@ pub fn pack(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub status: char,
-    pub path: String,
+    pub path: RelPath,
 }
 
 /// The new state of a changed path, from the sandbox.
@@ -177,162 +238,21 @@ pub enum Content {
     Symlink(PathBuf),
 }
 
-fn is_git_component(c: &str) -> bool {
+fn is_git_component(c: &[u8]) -> bool {
     // Case-insensitively: on a case-insensitive file system `.GIT` is `.git`.
-    c.eq_ignore_ascii_case(".git")
-}
-
-/// Left out of a changeset: anything in a `.git` (at any depth) or a cache, and `.pyc` files.
-fn ignored(rel: &str) -> bool {
-    rel.split('/')
-        .any(|c| is_git_component(c) || CACHE_DIRS.contains(&c))
-        || rel.ends_with(".pyc")
-}
-
-/// Most bytes of changed files a changeset holds, and per file.
-pub const MAX_CHANGED_BYTES: u64 = 256 << 20;
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
-
-/// What changed, computed on the host by reading the sandbox's `/workspace` as a tar stream
-/// (the archive API) against the manifest of what was copied in. Nothing the sandbox runs
-/// takes part: a hostile repository can change files, not the account of which ones changed.
-pub fn changeset_from_archive<R: Read>(
-    tar: R,
-    manifest: &Manifest,
-) -> Result<Vec<(Change, Option<Content>)>, IsolateError> {
-    let bad = |reason: String| IsolateError::Archive {
-        path: "/workspace".into(),
-        reason,
-    };
-    let mut archive = tar::Archive::new(tar);
-    let mut seen: std::collections::BTreeSet<String> = Default::default();
-    let mut out: BTreeMap<String, (Change, Option<Content>)> = BTreeMap::new();
-    let mut held = 0u64;
-    for entry in archive.entries().map_err(|e| bad(e.to_string()))? {
-        let mut entry = entry.map_err(|e| bad(e.to_string()))?;
-        let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
-        // Entries are `workspace/...`; anything else (absolute, `..`) is not ours to read.
-        let mut comps = path.components();
-        if comps.next().map(|c| c.as_os_str() != "workspace").unwrap_or(true) {
-            continue;
-        }
-        let rest: Vec<String> = comps
-            .map(|c| match c {
-                Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .unwrap_or_default();
-        if rest.is_empty() {
-            continue;
-        }
-        let rel = rest.join("/");
-        if ignored(&rel) {
-            continue;
-        }
-        let header = entry.header().clone();
-        let new = match header.entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = header.size().map_err(|e| bad(e.to_string()))?;
-                if size > MAX_FILE_BYTES {
-                    return Err(IsolateError::Refused(format!(
-                        "{rel} is {size} bytes, more than agentbox brings back"
-                    )));
-                }
-                let mut data = Vec::with_capacity(size as usize);
-                entry.read_to_end(&mut data).map_err(|e| bad(e.to_string()))?;
-                Content::File {
-                    data,
-                    mode: header.mode().map_err(|e| bad(e.to_string()))? & 0o7777,
-                }
-            }
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .map_err(|e| bad(e.to_string()))?
-                    .ok_or_else(|| bad(format!("{rel}: a link without a target")))?;
-                Content::Symlink(target.into_owned())
-            }
-            tar::EntryType::Link => {
-                return Err(IsolateError::Refused(format!(
-                    "{rel} is a hard link in the sandbox; agentbox does not bring those back"
-                )));
-            }
-            _ => continue,
-        };
-        seen.insert(rel.clone());
-        let status = match (manifest.entries.get(&rel), &new) {
-            (None, _) => 'A',
-            (Some(Entry::File { sha256, mode }), Content::File { data, mode: m }) => {
-                let same =
-                    Sha256::digest(data).as_slice() == sha256 && (mode & 0o111 != 0) == (m & 0o111 != 0);
-                if same {
-                    continue;
-                }
-                'M'
-            }
-            (Some(Entry::Symlink { target }), Content::Symlink(t)) if target == t => continue,
-            (Some(Entry::Symlink { .. }), Content::Symlink(_)) => 'M',
-            (Some(_), _) => 'T',
-        };
-        if let Content::File { data, .. } = &new {
-            held += data.len() as u64;
-            if held > MAX_CHANGED_BYTES {
-                return Err(IsolateError::Refused(format!(
-                    "the changes add up to more than {MAX_CHANGED_BYTES} bytes, more than agentbox brings back"
-                )));
-            }
-        }
-        out.insert(rel.clone(), (Change { status, path: rel }, Some(new)));
-    }
-    for (path, entry) in &manifest.entries {
-        if !matches!(entry, Entry::Dir) && !seen.contains(path) && !ignored(path) {
-            out.insert(
-                path.clone(),
-                (
-                    Change {
-                        status: 'D',
-                        path: path.clone(),
-                    },
-                    None,
-                ),
-            );
-        }
-    }
-    Ok(out.into_values().collect())
-}
-
-/// A path from the sandbox, checked: relative, no `..`, nothing named `.git` anywhere in it.
-fn checked_rel(path: &str) -> Result<PathBuf, IsolateError> {
-    let p = Path::new(path);
-    let ok =
-        !path.is_empty() && !path.ends_with('/') && p.components().all(|c| matches!(c, Component::Normal(_)));
-    if !ok {
-        return Err(IsolateError::Refused(format!(
-            "the change list names an invalid path {path:?}"
-        )));
-    }
-    if p.components()
-        .any(|c| is_git_component(&c.as_os_str().to_string_lossy()))
-    {
-        return Err(IsolateError::Refused(format!("{path} is inside a .git")));
-    }
-    Ok(p.to_path_buf())
+    c.eq_ignore_ascii_case(b".git")
 }
 
 /// Every existing ancestor of `rel` under `project` must be a real directory: a symlink there
 /// (planted by the sandbox, or already on the host) could send a write outside the project.
-fn check_ancestors(project: &Path, rel: &Path) -> Result<(), IsolateError> {
-    let mut cur = project.to_path_buf();
-    let parts: Vec<_> = rel.components().collect();
-    for c in &parts[..parts.len().saturating_sub(1)] {
-        cur.push(c);
-        match std::fs::symlink_metadata(&cur) {
+fn check_ancestors(project: &Path, rel: &RelPath) -> Result<(), IsolateError> {
+    for a in rel.ancestors() {
+        match std::fs::symlink_metadata(project.join(a.as_path())) {
             Ok(m) if m.file_type().is_dir() => {}
-            Ok(_) => {
+            Ok(m) => {
                 return Err(IsolateError::Refused(format!(
-                    "{} is not a plain directory on the host",
-                    cur.strip_prefix(project).unwrap_or(&cur).display()
+                    "{a} is {} on the host, not a plain directory",
+                    hostfs::describe(m.file_type())
                 )));
             }
             Err(_) => return Ok(()),
@@ -341,62 +261,74 @@ fn check_ancestors(project: &Path, rel: &Path) -> Result<(), IsolateError> {
     Ok(())
 }
 
-/// A link the sandbox made must point inside the project: elsewhere, other tools on the host
-/// would follow it.
-fn check_link_target(rel: &Path, target: &Path) -> Result<(), IsolateError> {
-    let mut depth = rel.components().count() as i64 - 1;
-    for c in target.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::ParentDir => depth -= 1,
-            Component::CurDir => {}
-            Component::RootDir | Component::Prefix(_) => depth = -1,
-        }
-        if depth < 0 {
-            return Err(IsolateError::Refused(format!(
-                "{} is a link to {}, outside the project",
-                rel.display(),
-                target.display()
-            )));
-        }
-    }
-    Ok(())
+/// What the host has at a path now.
+#[derive(Debug)]
+enum HostEntry {
+    Dir,
+    File {
+        sha256: [u8; 32],
+        owner: Owner,
+    },
+    Symlink {
+        target: PathBuf,
+        owner: Owner,
+    },
+    /// A FIFO, socket or device: never opened, always a conflict.
+    Special(&'static str),
 }
 
-/// What the host has at `path` now, in manifest terms.
-fn host_entry(path: &Path) -> Option<Entry> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
+/// What the host has at `path` now, found without following a link or opening anything but a
+/// regular file.
+fn host_entry(path: &Path, rel: &RelPath) -> Result<Option<HostEntry>, IsolateError> {
+    let read_err = |source| IsolateError::Read {
+        path: rel.quoted(),
+        source,
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_err(e)),
+    };
     let ft = meta.file_type();
-    if ft.is_symlink() {
-        std::fs::read_link(path)
-            .ok()
-            .map(|target| Entry::Symlink { target })
+    Ok(Some(if ft.is_symlink() {
+        HostEntry::Symlink {
+            target: std::fs::read_link(path).map_err(read_err)?,
+            owner: Owner::of(&meta),
+        }
     } else if ft.is_dir() {
-        Some(Entry::Dir)
+        HostEntry::Dir
     } else {
-        sha256_file(path).ok().map(|sha256| Entry::File {
-            sha256,
-            mode: meta.mode() & 0o7777,
-        })
-    }
+        match open_regular(path) {
+            Ok((file, meta)) => HostEntry::File {
+                sha256: hostfs::sha256_of(file).map_err(read_err)?.0,
+                owner: Owner::of(&meta),
+            },
+            Err(OpenError::NotRegular(kind)) => HostEntry::Special(kind),
+            Err(OpenError::Io(e)) => return Err(read_err(e)),
+        }
+    }))
 }
 
-fn same_content(a: &Entry, b: &Entry) -> bool {
-    match (a, b) {
+/// Whether the host still has what was packed.
+fn unchanged(was: &Entry, now: &HostEntry) -> bool {
+    match (was, now) {
         // Compare bytes, not modes: a `chmod` by the user is not a conflicting edit.
-        (Entry::File { sha256: x, .. }, Entry::File { sha256: y, .. }) => x == y,
-        (x, y) => x == y,
+        (Entry::File { sha256: x, .. }, HostEntry::File { sha256: y, .. }) => x == y,
+        (Entry::Symlink { target: x }, HostEntry::Symlink { target: y, .. }) => x == y,
+        _ => false,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct Applied {
+    /// Paths as git prints them.
     pub written: Vec<String>,
     pub deleted: Vec<String>,
 }
 
 /// Held while an apply renames files, so an interruption waits for it to finish (see
 /// [`wait_for_apply`]): a half-applied change set is what `--apply` promises never to leave.
+/// Nothing done while it is held can block: no FIFO or device is ever opened.
 static APPLYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Block until no apply is in progress (the interruption path calls this before exiting).
@@ -411,104 +343,216 @@ fn tmp_name(dir: &Path, what: &str) -> PathBuf {
     ))
 }
 
-/// Apply a changeset to the host project, all or nothing: check every path (relative, not in a
-/// `.git`, no symlinked directory on the way, links pointing inside) and that each touched host
-/// file is still what was packed; stage every new file next to its target; move the originals
-/// aside; rename the new ones in. Any failure puts everything back.
+fn escape_words(e: &links::Escape) -> &'static str {
+    match e {
+        links::Escape::Absolute => "an absolute path",
+        links::Escape::AboveTheRoot => {
+            "followed through the links on its way, it goes above the project's root"
+        }
+        links::Escape::TooManyLinks => "too many links to follow",
+    }
+}
+
+/// One path to write or delete, checked.
+struct Step<'a> {
+    rel: &'a RelPath,
+    target: PathBuf,
+    content: Option<&'a Content>,
+    owner: Owner,
+}
+
+/// Check every path before anything is written: not in a `.git`, no symlinked or special
+/// directory on the way (on the host, or made by the changes), each touched host path still
+/// what was packed and nothing that must not be opened, and no link (new, or already in the
+/// project) that leads outside once the changes are in.
+fn check<'a>(
+    project: &Path,
+    manifest: &Manifest,
+    changes: &'a [(Change, Option<Content>)],
+    project_owner: Owner,
+) -> Result<Vec<Step<'a>>, IsolateError> {
+    let changed: BTreeMap<&RelPath, Option<&Content>> =
+        changes.iter().map(|(c, n)| (&c.path, n.as_ref())).collect();
+    let mut steps = Vec::new();
+    for (ch, content) in changes {
+        let rel = &ch.path;
+        if rel.components().any(is_git_component) {
+            return Err(IsolateError::Refused(format!("{rel} is inside a .git")));
+        }
+        check_ancestors(project, rel)?;
+        for a in rel.ancestors() {
+            if let Some(c) = changed.get(&a) {
+                let what = match c {
+                    Some(Content::Symlink(_)) => "a link",
+                    Some(Content::File { .. }) => "a file",
+                    None => "deleted",
+                };
+                return Err(IsolateError::Refused(format!(
+                    "{rel} is under {a}, which the changes make {what}"
+                )));
+            }
+        }
+        let target = project.join(rel.as_path());
+        let now = host_entry(&target, rel)?;
+        if let Some(HostEntry::Special(kind)) = &now {
+            return Err(IsolateError::Refused(format!(
+                "{rel} is {kind} on the host; agentbox never opens one, so it cannot tell \
+                 whether writing there is safe"
+            )));
+        }
+        match (ch.status, manifest.entries.get(rel), &now) {
+            ('A', _, Some(_)) => {
+                return Err(IsolateError::Refused(format!(
+                    "{rel} was created on the host meanwhile"
+                )));
+            }
+            ('A', _, None) => {}
+            (_, Some(Entry::Dir), _) | (_, _, Some(HostEntry::Dir)) => {
+                return Err(IsolateError::Refused(format!("{rel} is a directory on the host")));
+            }
+            (_, Some(was), Some(now)) if unchanged(was, now) => {}
+            (_, Some(_), _) => {
+                return Err(IsolateError::Refused(format!(
+                    "{rel} changed on the host meanwhile"
+                )));
+            }
+            (_, None, _) => {
+                return Err(IsolateError::Refused(format!(
+                    "{rel} was not part of the project when it was copied"
+                )));
+            }
+        }
+        if ch.status != 'D' && content.is_none() {
+            return Err(IsolateError::Refused(format!("no content for {rel}")));
+        }
+        let owner = match &now {
+            Some(HostEntry::File { owner, .. } | HostEntry::Symlink { owner, .. }) => *owner,
+            _ => project_owner,
+        };
+        steps.push(Step {
+            rel,
+            target,
+            content: content.as_ref(),
+            owner,
+        });
+    }
+
+    // Links, resolved in the tree as it will be: each one's text alone proves nothing.
+    let after = links::After::new(project, changed.iter().map(|(p, c)| (*p, *c)));
+    for (ch, content) in changes {
+        if let Some(Content::Symlink(t)) = content
+            && let Err(e) = links::resolve(&after, &ch.path, t.as_os_str().as_bytes())
+        {
+            return Err(IsolateError::Refused(format!(
+                "{} is a link to {}, which leads outside the project ({})",
+                ch.path,
+                crate::gitquote::quote_path(t.as_os_str().as_bytes()),
+                escape_words(&e)
+            )));
+        }
+    }
+    let host = links::Host { root: project };
+    for (path, entry) in &manifest.entries {
+        if !matches!(entry, Entry::Symlink { .. }) || changed.contains_key(path) {
+            continue;
+        }
+        let Ok(target) = std::fs::read_link(project.join(path.as_path())) else {
+            continue;
+        };
+        let target = target.as_os_str().as_bytes();
+        if let Err(e) = links::resolve(&after, path, target)
+            && links::resolve(&host, path, target).is_ok()
+        {
+            return Err(IsolateError::Refused(format!(
+                "{path}, a link already in the project, would lead outside the project once \
+                 the changes are in ({})",
+                escape_words(&e)
+            )));
+        }
+    }
+    Ok(steps)
+}
+
+/// Create the missing directories above `rel`, one at a time, each given to `owner`.
+fn make_dirs(project: &Path, rel: &RelPath, owner: Owner, made: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for a in rel.ancestors() {
+        let dir = project.join(a.as_path());
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_dir() => continue,
+            // Checked before anything was written; changed since, by someone else.
+            Ok(_) => return Err(std::io::Error::other("not a directory any more")),
+            Err(_) => {}
+        }
+        std::fs::create_dir(&dir)?;
+        made.push(dir.clone());
+        owner.give_path(&dir)?;
+    }
+    Ok(())
+}
+
+/// Apply a changeset to the host project, all or nothing: [`check`] every path, stage every
+/// new file next to its target (owned as the file it replaces, or as the project), move the
+/// originals aside, rename the new ones in. Any failure puts everything back.
 pub fn apply(
     project: &Path,
     manifest: &Manifest,
     changes: &[(Change, Option<Content>)],
 ) -> Result<Applied, IsolateError> {
     let _applying = APPLYING.lock().unwrap_or_else(|e| e.into_inner());
-    let mut plan: Vec<(String, PathBuf, Option<&Content>)> = Vec::new();
-    for (ch, content) in changes {
-        let rel = checked_rel(&ch.path)?;
-        check_ancestors(project, &rel)?;
-        if let Some(Content::Symlink(t)) = content {
-            check_link_target(&rel, t)?;
-        }
-        let target = project.join(&rel);
-        let now = host_entry(&target);
-        match (ch.status, manifest.entries.get(&ch.path), &now) {
-            ('A', _, Some(_)) => {
-                return Err(IsolateError::Refused(format!(
-                    "{} was created on the host meanwhile",
-                    ch.path
-                )));
-            }
-            ('A', _, None) => {}
-            (_, Some(Entry::Dir), _) | (_, _, Some(Entry::Dir)) => {
-                return Err(IsolateError::Refused(format!(
-                    "{} is a directory on the host",
-                    ch.path
-                )));
-            }
-            (_, Some(was), Some(now)) if same_content(was, now) => {}
-            (_, Some(_), _) => {
-                return Err(IsolateError::Refused(format!(
-                    "{} changed on the host meanwhile",
-                    ch.path
-                )));
-            }
-            (_, None, _) => {
-                return Err(IsolateError::Refused(format!(
-                    "{} was not part of the project when it was copied",
-                    ch.path
-                )));
-            }
-        }
-        if ch.status != 'D' && content.is_none() {
-            return Err(IsolateError::Refused(format!("no content for {}", ch.path)));
-        }
-        plan.push((ch.path.clone(), target, content.as_ref()));
-    }
+    let project_owner = std::fs::symlink_metadata(project)
+        .map(|m| Owner::of(&m))
+        .map_err(|source| IsolateError::Read {
+            path: project.display().to_string(),
+            source,
+        })?;
+    let plan = check(project, manifest, changes, project_owner)?;
 
     let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut made_dirs: Vec<PathBuf> = Vec::new();
     let mut moved_aside: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut placed: Vec<PathBuf> = Vec::new();
     let result = (|| -> Result<(), IsolateError> {
-        for (rel, target, content) in &plan {
-            let Some(content) = content else { continue };
+        for step in &plan {
+            let Some(content) = step.content else { continue };
             let werr = |source| IsolateError::Write {
-                path: rel.clone(),
+                path: step.rel.quoted(),
                 source,
             };
-            let dir = target.parent().expect("inside the project");
-            if !dir.exists() {
-                let mut missing = Vec::new();
-                let mut d = dir.to_path_buf();
-                while !d.exists() {
-                    missing.push(d.clone());
-                    d.pop();
-                }
-                std::fs::create_dir_all(dir).map_err(werr)?;
-                made_dirs.extend(missing.into_iter().rev());
-            }
+            make_dirs(project, step.rel, project_owner, &mut made_dirs).map_err(werr)?;
+            let dir = step.target.parent().unwrap_or(project);
             let tmp = tmp_name(dir, "apply");
             match content {
                 Content::File { data, mode } => {
-                    std::fs::write(&tmp, data).map_err(werr)?;
-                    staged.push((tmp.clone(), target.clone()));
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&tmp)
+                        .map_err(werr)?;
+                    staged.push((tmp.clone(), step.target.clone()));
+                    f.write_all(data).map_err(werr)?;
+                    step.owner.give_file(&f).map_err(werr)?;
                     // git's two modes: executable or not. No setuid, no world-writable file.
                     let perm = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-                    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).map_err(werr)?;
+                    f.set_permissions(std::fs::Permissions::from_mode(perm))
+                        .map_err(werr)?;
                 }
                 Content::Symlink(link) => {
                     std::os::unix::fs::symlink(link, &tmp).map_err(werr)?;
-                    staged.push((tmp.clone(), target.clone()));
+                    staged.push((tmp.clone(), step.target.clone()));
+                    step.owner.give_path(&tmp).map_err(werr)?;
                 }
             }
         }
-        for (rel, target, _) in &plan {
-            if target.symlink_metadata().is_ok() {
-                let aside = tmp_name(target.parent().expect("inside the project"), "old");
-                std::fs::rename(target, &aside).map_err(|source| IsolateError::Write {
-                    path: rel.clone(),
+        for step in &plan {
+            if step.target.symlink_metadata().is_ok() {
+                let aside = tmp_name(step.target.parent().unwrap_or(project), "old");
+                std::fs::rename(&step.target, &aside).map_err(|source| IsolateError::Write {
+                    path: step.rel.quoted(),
                     source,
                 })?;
-                moved_aside.push((aside, target.clone()));
+                moved_aside.push((aside, step.target.clone()));
             }
         }
         for (tmp, target) in &staged {
@@ -540,11 +584,11 @@ pub fn apply(
         let _ = std::fs::remove_file(aside);
     }
     let mut applied = Applied::default();
-    for (rel, _, content) in plan {
-        if content.is_some() {
-            applied.written.push(rel);
+    for step in plan {
+        if step.content.is_some() {
+            applied.written.push(step.rel.quoted());
         } else {
-            applied.deleted.push(rel);
+            applied.deleted.push(step.rel.quoted());
         }
     }
     Ok(applied)
@@ -553,6 +597,10 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rel(s: &str) -> RelPath {
+        RelPath::new(s.as_bytes().to_vec()).unwrap()
+    }
 
     fn project() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
@@ -574,25 +622,41 @@ mod tests {
         (
             Change {
                 status,
-                path: path.into(),
+                path: rel(path),
             },
             content,
         )
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
     }
 
     #[test]
     fn pack_records_files_links_and_dirs_and_honours_excludes() {
         let d = project();
         std::fs::write(d.path().join("TASK.md"), "task").unwrap();
-        let packed = pack(d.path(), 4242, 4242, &|p| p == "TASK.md").unwrap();
-        let keys: Vec<&String> = packed.manifest.entries.keys().collect();
-        assert_eq!(keys, ["gone.txt", "link", "src", "src/a.py"]);
+        mkfifo(&d.path().join("fifo"));
+        let packed = pack(d.path(), 4242, 4242, &|p| p.as_bytes() == b"TASK.md").unwrap();
+        let keys: Vec<String> = packed.manifest.entries.keys().map(|k| k.quoted()).collect();
         assert_eq!(
-            packed.manifest.entries["link"],
+            keys,
+            ["gone.txt", "link", "src", "src/a.py"],
+            "no FIFO, nothing excluded"
+        );
+        assert_eq!(
+            packed.manifest.entries[&rel("link")],
             Entry::Symlink {
                 target: "src/a.py".into()
             }
         );
+        let Entry::File { blob, size, .. } = &packed.manifest.entries[&rel("src/a.py")] else {
+            panic!("not a file")
+        };
+        assert_eq!(*size, 6);
+        assert_eq!(patch::hex(blob), patch::blob_id(b"a = 1\n"));
         let mut archive = tar::Archive::new(std::fs::File::open(packed.tar.path()).unwrap());
         for e in archive.entries().unwrap() {
             let e = e.unwrap();
@@ -601,55 +665,6 @@ mod tests {
                 (4242, 4242)
             );
         }
-    }
-
-    /// A tar like the archive API's: everything under `workspace/`.
-    fn workspace_tar(entries: &[(&str, Option<&[u8]>, u32)]) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (path, data, mode) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.set_mode(*mode);
-            match data {
-                Some(d) => {
-                    h.set_size(d.len() as u64);
-                    h.set_entry_type(tar::EntryType::Regular);
-                    b.append_data(&mut h, format!("workspace/{path}"), *d).unwrap();
-                }
-                None => {
-                    h.set_size(0);
-                    h.set_entry_type(tar::EntryType::Directory);
-                    b.append_data(&mut h, format!("workspace/{path}"), std::io::empty())
-                        .unwrap();
-                }
-            }
-        }
-        b.into_inner().unwrap()
-    }
-
-    #[test]
-    fn the_changeset_is_read_from_the_archive_against_the_manifest() {
-        let d = project();
-        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
-        let tar = workspace_tar(&[
-            ("src", None, 0o755),
-            ("src/a.py", Some(b"a = 2\n"), 0o644),
-            ("new.txt", Some(b"n\n"), 0o755),
-            ("src/__pycache__/a.pyc", Some(b"junk"), 0o644),
-            ("sub/.git/config", Some(b"[core]\n"), 0o644),
-            ("x.pyc", Some(b"junk"), 0o644),
-        ]);
-        let changes = changeset_from_archive(tar.as_slice(), &packed.manifest).unwrap();
-        let summary: Vec<(char, &str)> = changes.iter().map(|(c, _)| (c.status, c.path.as_str())).collect();
-        // The link is absent from this archive, so it counts as deleted, like gone.txt.
-        assert_eq!(
-            summary,
-            [
-                ('D', "gone.txt"),
-                ('D', "link"),
-                ('A', "new.txt"),
-                ('M', "src/a.py")
-            ]
-        );
     }
 
     #[test]
@@ -695,20 +710,74 @@ mod tests {
             ".git/hooks/pre-commit",
             "x/.git/config",
             "deep/.GIT/hooks/a",
-            "../x",
-            "/etc/x",
-            "dir/",
         ] {
             let changes = vec![change('A', path, file(b"x", 0o644))];
             assert!(apply(d.path(), &packed.manifest, &changes).is_err(), "{path}");
         }
         for target in ["/etc/passwd", "../../outside", "a/../../x"] {
             let changes = vec![change('A', "l", Some(Content::Symlink(target.into())))];
-            assert!(apply(d.path(), &packed.manifest, &changes).is_err(), "{target}");
+            let err = apply(d.path(), &packed.manifest, &changes).unwrap_err();
+            assert!(err.to_string().contains("outside the project"), "{target}: {err}");
         }
-        let ok = vec![change('A', "sub/l", Some(Content::Symlink("../src/a.py".into())))];
+        // A chain of links, each inside by its text.
+        let chain = vec![
+            change('A', "sub/b", Some(Content::Symlink("..".into()))),
+            change('A', "sub/c", Some(Content::Symlink("b/..".into()))),
+            change('A', "sub/z", Some(Content::Symlink("c/SECRET".into()))),
+        ];
+        let err = apply(d.path(), &packed.manifest, &chain).unwrap_err();
+        assert!(err.to_string().contains("sub/c is a link to b/.."), "{err}");
+        assert!(!d.path().join("sub").exists(), "nothing written");
+        // A file under a path the changes make a link.
+        let under = vec![
+            change('A', "d", Some(Content::Symlink("src".into()))),
+            change('A', "d/x", file(b"x", 0o644)),
+        ];
+        assert!(apply(d.path(), &packed.manifest, &under).is_err());
+        let ok = vec![
+            change('A', "sub/l", Some(Content::Symlink("../src/a.py".into()))),
+            change('A', "lib", Some(Content::Symlink("src".into()))),
+            change('A', "alias", Some(Content::Symlink("lib/a.py".into()))),
+        ];
         apply(d.path(), &packed.manifest, &ok).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("alias")).unwrap(),
+            "a = 1\n"
+        );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_link_already_in_the_project_that_the_changes_send_outside_is_refused() {
+        let d = project();
+        std::os::unix::fs::symlink("d/../x", d.path().join("h")).unwrap();
+        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
+        let changes = vec![change('A', "d", Some(Content::Symlink("src/..".into())))];
+        let err = apply(d.path(), &packed.manifest, &changes).unwrap_err();
+        assert!(
+            err.to_string().contains("h, a link already in the project"),
+            "{err}"
+        );
+        assert!(std::fs::symlink_metadata(d.path().join("d")).is_err());
+    }
+
+    #[test]
+    fn a_fifo_on_the_host_is_a_conflict_never_opened() {
+        let d = project();
+        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
+        mkfifo(&d.path().join("queue"));
+        // Where a file is added, and in place of a packed file: neither blocks.
+        let added = vec![change('A', "queue", file(b"x", 0o644))];
+        let err = apply(d.path(), &packed.manifest, &added).unwrap_err();
+        assert!(err.to_string().contains("queue is a FIFO on the host"), "{err}");
+        std::fs::remove_file(d.path().join("gone.txt")).unwrap();
+        mkfifo(&d.path().join("gone.txt"));
+        let deleted = vec![change('D', "gone.txt", None)];
+        let err = apply(d.path(), &packed.manifest, &deleted).unwrap_err();
+        assert!(
+            err.to_string().contains("gone.txt is a FIFO on the host"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -719,9 +788,11 @@ mod tests {
         std::fs::create_dir_all(d.path().join("adir")).unwrap();
         let mut manifest = packed.manifest.clone();
         manifest.entries.insert(
-            "adir".into(),
+            rel("adir"),
             Entry::File {
                 sha256: [0; 32],
+                blob: [0; 20],
+                size: 0,
                 mode: 0o644,
             },
         );
@@ -739,5 +810,30 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["a.py"], "no staged or moved-aside files left");
+    }
+
+    #[test]
+    fn apply_as_root_gives_what_it_writes_to_the_owner() {
+        if !hostfs::can_chown() {
+            return;
+        }
+        let d = project();
+        std::os::unix::fs::lchown(d.path(), Some(4242), Some(4243)).unwrap();
+        std::os::unix::fs::lchown(d.path().join("src/a.py"), Some(4344), Some(4345)).unwrap();
+        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
+        let changes = vec![
+            change('M', "src/a.py", file(b"a = 2\n", 0o644)),
+            change('A', "new/deep/f", file(b"f", 0o644)),
+            change('A', "new/l", Some(Content::Symlink("deep/f".into()))),
+        ];
+        apply(d.path(), &packed.manifest, &changes).unwrap();
+        let owner = |p: &str| {
+            let m = std::fs::symlink_metadata(d.path().join(p)).unwrap();
+            (m.uid(), m.gid())
+        };
+        assert_eq!(owner("src/a.py"), (4344, 4345), "as the file it replaced");
+        for p in ["new", "new/deep", "new/deep/f", "new/l"] {
+            assert_eq!(owner(p), (4242, 4243), "{p}: as the project");
+        }
     }
 }
