@@ -75,10 +75,10 @@ pub struct Report {
     pub exit_code: u8,
     /// Things the user must know about, e.g. a `.git` planted in the project.
     pub warnings: Vec<String>,
-    /// Bind-mounted runs: what the host's own scan of the project saw change that the diff
-    /// does not show (files git ignores or the diff leaves out: a `.pth` file in an ignored
-    /// virtualenv, a cache). `None` where the host did not scan (`--isolate` leaves the
-    /// project untouched).
+    /// What changed that the diff does not show. Bind-mounted runs: the host's own scan of
+    /// the project (files git ignores or the diff leaves out: a `.pth` file in an ignored
+    /// virtualenv, a cache). `--isolate`: caches and `.git` changed in the sandbox, never
+    /// brought back. `None` when nothing was looked at.
     pub changed_outside_diff: Option<OutsideDiff>,
     /// `--isolate`: where the patch was written.
     pub patch_file: Option<String>,
