@@ -149,6 +149,11 @@ pub const NO_PROVIDER: &str = "no model is configured: set ANTHROPIC_API_KEY (An
      llama.cpp), or replay a script with --provider scripted --script FILE";
 
 impl ModelConfig {
+    /// Replays a script instead of asking a model.
+    pub fn is_scripted(&self) -> bool {
+        self.provider == Provider::Scripted
+    }
+
     pub fn from_args(args: &ModelArgs) -> Result<Self, UsageError> {
         Self::resolve(args, false)
     }

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::project::skipped_dirs;
 use crate::sandbox::{Captured, ExecOutput, ExecRequest, NativeOp, Sandbox, SandboxError, WORKSPACE};
 
 /// Resolve `$1` inside the container and refuse anything outside the workspace. Leaves the
@@ -51,32 +52,6 @@ if ! cat > "$t"; then rm -f -- "$t"; exit 97; fi
 chmod "$mode" -- "$t" || { rm -f -- "$t"; exit 97; }
 mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 97; }
 "#;
-
-/// Caches that tools rewrite at will: left out of the change snapshot and never brought back
-/// out of an isolated sandbox; nor listed or searched (`skipped_dirs`).
-pub const CACHE_DIRS: &[&str] = &[
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".tox",
-    ".nox",
-];
-
-/// Besides `.git` and the caches: environments, dependencies, build output, editor state.
-const OTHER_SKIPPED_DIRS: &[&str] = &[
-    ".venv",
-    "venv",
-    "node_modules",
-    "target",
-    "dist",
-    "build",
-    ".eggs",
-    ".cache",
-    ".gradle",
-    ".idea",
-    ".vscode",
-];
 
 /// rg (respects .gitignore) when present, else find. Total count on stderr as `total=N`.
 const LIST: &str = r#"[ -e "$p" ] || exit 92
@@ -177,13 +152,6 @@ pub fn check_path(path: &str) -> Result<(), FsError> {
 pub struct Workspace<'a> {
     sandbox: &'a dyn Sandbox,
     timeout: Duration,
-}
-
-/// Directories that are never worth listing or searching: VCS data, caches, build output.
-fn skipped_dirs() -> impl Iterator<Item = &'static str> {
-    std::iter::once(".git")
-        .chain(CACHE_DIRS.iter().copied())
-        .chain(OTHER_SKIPPED_DIRS.iter().copied())
 }
 
 fn globs() -> String {

@@ -1,11 +1,6 @@
 //! The model loop: ask the model, run the tools it asks for in the sandbox, send the results
 //! back, until it answers, the step limit is reached, or something fatal happens.
 
-pub mod baseline;
-pub mod detect;
-pub mod prime;
-pub mod prompt;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;

@@ -16,7 +16,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
     if limit > 16 << 20 {
         return Err(UsageError("--output-limit: at most 16m (from each end of each stream)".into()).into());
     }
-    let (_docker, sandbox) = super::open_sandbox(&cfg, &args.project).await?;
+    let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;
     sandbox.shutdown().await?;

@@ -86,50 +86,6 @@ pub fn discover(dir: &Path) -> Result<Vec<Task>, UsageError> {
     Ok(tasks)
 }
 
-/// `*` within a path segment, `**` across segments, `?` one character.
-pub fn glob_match(pattern: &str, path: &str) -> bool {
-    fn go(p: &[u8], s: &[u8]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some(b'*') if p.get(1) == Some(&b'*') => {
-                let rest = if p.get(2) == Some(&b'/') { &p[3..] } else { &p[2..] };
-                (0..=s.len()).any(|i| (i == 0 || s[i - 1] == b'/' || rest.is_empty()) && go(rest, &s[i..]))
-            }
-            Some(b'*') => (0..=s.len())
-                .take_while(|&i| i == 0 || s[i - 1] != b'/')
-                .any(|i| go(&p[1..], &s[i..])),
-            Some(b'?') => !s.is_empty() && s[0] != b'/' && go(&p[1..], &s[1..]),
-            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
-        }
-    }
-    go(pattern.as_bytes(), path.as_bytes())
-}
-
-/// Is `path` (relative) a test file: by the usual names, or the task's own patterns?
-pub fn is_test_file(path: &str, extra: &[String]) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let in_test_dir = path
-        .split('/')
-        .rev()
-        .skip(1)
-        .any(|d| d == "tests" || d == "test" || d == "__tests__");
-    let by_name = (name.starts_with("test_") && name.ends_with(".py"))
-        || name.ends_with("_test.py")
-        || name == "conftest.py"
-        || name.ends_with("_test.go")
-        || [
-            ".test.js",
-            ".test.ts",
-            ".spec.js",
-            ".spec.ts",
-            ".test.jsx",
-            ".test.tsx",
-        ]
-        .iter()
-        .any(|s| name.ends_with(s));
-    in_test_dir || by_name || extra.iter().any(|g| glob_match(g, path))
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskResult {
     pub task: String,
@@ -261,7 +217,7 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
     if let Some(n) = task.toml.max_steps {
         settings.max_steps = n;
     }
-    if settings.model.provider == crate::cli::Provider::Scripted && settings.model.script.is_none() {
+    if settings.model.is_scripted() && settings.model.script.is_none() {
         settings.model.script = Some(task.dir.join("script.json"));
     }
     settings.isolate = Some(IsolateSettings {
@@ -322,8 +278,10 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         ),
         Err(e) => (Vec::new(), Some(e)),
     };
-    let tests_changed =
-        changes_error.is_some() || changed.iter().any(|p| is_test_file(p, &task.toml.test_files));
+    let tests_changed = changes_error.is_some()
+        || changed
+            .iter()
+            .any(|p| crate::project::is_test_file(p, &task.toml.test_files));
     if let Some(diff) = &report.diff {
         let _ = std::fs::write(out.diff(&task.name), diff);
     }
@@ -421,33 +379,6 @@ pub fn totals(results: &[TaskResult]) -> Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("spec/**", "spec/a/b.rb"));
-        assert!(glob_match("**/fixtures/*.json", "x/y/fixtures/a.json"));
-        assert!(glob_match("**/fixtures/*.json", "fixtures/a.json"));
-        assert!(!glob_match("*.py", "a/b.py"));
-        assert!(glob_match("test_?.py", "test_a.py"));
-    }
-
-    #[test]
-    fn test_files_by_name_dir_and_pattern() {
-        for p in [
-            "test_app.py",
-            "pkg/app_test.py",
-            "tests/helpers.py",
-            "conftest.py",
-            "web/a.spec.ts",
-            "x_test.go",
-        ] {
-            assert!(is_test_file(p, &[]), "{p}");
-        }
-        for p in ["app.py", "testing.py", "contest.py", "src/latest.py"] {
-            assert!(!is_test_file(p, &[]), "{p}");
-        }
-        assert!(is_test_file("spec/models/user.rb", &["spec/**".to_string()]));
-    }
 
     #[test]
     fn discovery_reads_tasks_and_their_toml() {

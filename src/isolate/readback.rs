@@ -27,8 +27,8 @@ use std::task::{Context, Poll};
 use sha2::{Digest, Sha256};
 
 use super::{Change, Content, Entry, IsolateError, Manifest, RelPath, is_git_component};
+use crate::project::CACHE_DIRS;
 use crate::sandbox::human_bytes;
-use crate::workspace::CACHE_DIRS;
 
 /// How much is brought back: bytes of one changed file, and of all of them together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

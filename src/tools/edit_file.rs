@@ -56,7 +56,7 @@ impl Tool for EditFile {
                 .path
                 .trim_start_matches("./")
                 .trim_start_matches("/workspace/");
-            if crate::eval::is_test_file(rel, &s.test_patterns) {
+            if crate::project::is_test_file(rel, &s.test_patterns) {
                 return Err(ToolError::RespondToModel(format!(
                     "{} is a test file, and the tests are the specification: leave them as they are and \
                      change the code under test instead",

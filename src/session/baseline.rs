@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
+use crate::project::CACHE_DIRS;
 use crate::report::ChangedFile;
 use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
-use crate::workspace::CACHE_DIRS;
 
 fn env_prefix() -> String {
     format!(

@@ -2,7 +2,7 @@
 //! steps (and often its whole budget) collecting: the file list, the failing test output, and
 //! the source files under test.
 
-use crate::eval::is_test_file;
+use crate::project::is_test_file;
 use crate::tools::{ToolContext, read_file::number_lines};
 use crate::workspace::Workspace;
 

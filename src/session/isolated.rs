@@ -1,0 +1,224 @@
+//! `--isolate` at the end of a session: what changed, read back from the sandbox and computed
+//! on the host; the patch; `--apply`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{MAX_DIFF_BYTES, Session};
+use crate::config::IsolateSettings;
+use std::io::Write;
+
+use crate::events::{Event, EventSink};
+use crate::isolate::{self, Manifest};
+use crate::report::Report;
+use crate::sandbox::Sandbox;
+
+/// `./agentbox-SESSION.patch`, unless the current directory is inside the project (which
+/// `--isolate` promises not to write): then the system's temporary directory.
+fn default_patch_path(project: &std::path::Path, session: &str) -> std::path::PathBuf {
+    let name = format!("agentbox-{session}.patch");
+    let cwd = std::env::current_dir().and_then(|d| d.canonicalize()).ok();
+    match cwd {
+        Some(d) if !d.starts_with(project) => d.join(name),
+        _ => std::env::temp_dir().join(name),
+    }
+}
+
+/// An `--isolate` session: what was copied in, to check the host against before `--apply`.
+pub(super) struct Isolation {
+    pub(super) project: std::path::PathBuf,
+    pub(super) manifest: Arc<Manifest>,
+    pub(super) settings: IsolateSettings,
+}
+
+impl Session {
+    /// `--isolate`: what changed, computed on the host from the sandbox's files and what was
+    /// copied in (see `isolate::readback`): listed, pruned of what is never brought back, then
+    /// read from the archive API within a byte budget and a deadline.
+    pub async fn changeset(&self) -> Result<isolate::ChangeSet, String> {
+        use isolate::readback;
+        let Some(iso) = &self.isolation else {
+            return Err("not an isolated session".into());
+        };
+        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
+        let listed = self
+            .sandbox
+            .exec(
+                crate::sandbox::ExecRequest::argv(readback::listing_command(), timeout)
+                    .capture(readback::MAX_LISTING_BYTES, 0),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        // A partial listing (an unreadable directory) still helps; a cut one does not.
+        let listing = (!listed.timed_out)
+            .then(|| listed.stdout.bytes())
+            .flatten()
+            .map(|out| readback::parse_listing(&out));
+        let manifest = iso.manifest.clone();
+        let plan = readback::plan(&manifest, listing.as_ref(), readback::Limits::default());
+        if !plan.prune.is_empty() {
+            let prune = crate::sandbox::ExecRequest::argv(readback::prune_command(), timeout)
+                .stdin(plan.prune_input())
+                .capture(4096, 4096);
+            // What is not removed is read and left out as it comes: only slower.
+            if let Ok(out) = self.sandbox.exec(prune).await
+                && !out.success()
+            {
+                tracing::debug!(status = %out.status_line(), "pruning before the read-back failed");
+            }
+        }
+        let reader = self
+            .sandbox
+            .archive_reader(crate::sandbox::WORKSPACE)
+            .await
+            .map_err(|e| e.to_string())?;
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = readback::Deadline::new(
+            reader,
+            Duration::from_secs(readback::MAX_READBACK_SECS),
+            fired.clone(),
+        );
+        let bridge = tokio_util::io::SyncIoBridge::new(reader);
+        tokio::task::spawn_blocking(move || readback::changeset_from_archive(bridge, &manifest, plan, &fired))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// `--isolate`: the changes, the patch (from the manifest and the host's originals), and
+    /// with `--apply` the changes in the project. The report's diff and file list become the
+    /// host's account, including what was not brought back and why.
+    /// `Err` when what changed cannot be told (then nothing is written or applied).
+    pub async fn finish_isolated(&self, report: &mut Report) -> Result<(), String> {
+        let Some(iso) = &self.isolation else { return Ok(()) };
+        let set = match self.changeset().await {
+            Ok(c) => c,
+            Err(e) => {
+                report.warnings.push(format!("cannot tell what changed: {e}"));
+                if iso.settings.apply {
+                    report.apply_error = Some(e.clone());
+                    report.exit_code = crate::report::exit::ERROR;
+                }
+                return Err(e);
+            }
+        };
+        self.events.emit(&Event::Note {
+            message: format!(
+                "read back {} bytes from the sandbox ({} entries); {} changed, {} not brought back",
+                set.bytes_read,
+                set.entries,
+                set.changes.len(),
+                set.skipped.len()
+            ),
+        });
+        if let Some(message) = isolate::readback::caches_note(&set.skipped) {
+            self.events.emit(&Event::Note { message });
+        }
+        report.warnings.extend(isolate::readback::warnings(
+            &set.skipped,
+            isolate::readback::Limits::default(),
+        ));
+        let patch_path = iso.settings.write_patch.then(|| {
+            iso.settings
+                .patch
+                .clone()
+                .unwrap_or_else(|| default_patch_path(&iso.project, &report.session))
+        });
+        let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+        let target = patch_path.clone();
+        // Written section by section to the file; the report keeps only its start.
+        let (set, written) = tokio::task::spawn_blocking(move || {
+            let write = |out: &mut dyn Write| -> std::io::Result<isolate::patch::Written> {
+                let w = isolate::patch::write_patch(out, &project, &manifest, &set.changes, MAX_DIFF_BYTES)?;
+                out.flush()?;
+                Ok(w)
+            };
+            let written = match &target {
+                Some(path) => {
+                    std::fs::File::create(path).and_then(|f| write(&mut std::io::BufWriter::new(f)))
+                }
+                None => write(&mut std::io::sink()),
+            };
+            (set, written)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let counts = match written {
+            Ok(w) => {
+                report.diff = Some(w.report);
+                report.patch_file = patch_path.map(|p| p.display().to_string());
+                w.counts
+            }
+            Err(e) => {
+                report.warnings.push(format!(
+                    "cannot write the patch {}: {e}",
+                    patch_path.map(|p| p.display().to_string()).unwrap_or_default()
+                ));
+                Vec::new()
+            }
+        };
+        report.diff_error = None;
+        report.changed_files = set
+            .changes
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _))| {
+                let counts = counts.get(i).copied().flatten();
+                crate::report::ChangedFile {
+                    path: c.path.quoted(),
+                    added: counts.map(|c| c.0),
+                    removed: counts.map(|c| c.1),
+                }
+            })
+            // Project files the patch lacks are changes all the same (an eval must see a
+            // test file among them); caches and `.git` are listed apart, as "not in the diff".
+            .chain(
+                set.skipped
+                    .iter()
+                    .filter(|s| !s.is_cache())
+                    .map(|s| crate::report::ChangedFile {
+                        path: s.shown(),
+                        added: None,
+                        removed: None,
+                    }),
+            )
+            .collect();
+        let caches: Vec<String> = set
+            .skipped
+            .iter()
+            .filter(|s| s.is_cache())
+            .map(|s| s.shown())
+            .collect();
+        report.changed_outside_diff = Some(crate::report::OutsideDiff {
+            total: caches.len(),
+            paths: caches
+                .into_iter()
+                .take(crate::sandbox::hostscan::MAX_LISTED_CHANGES)
+                .collect(),
+            incomplete: false,
+        });
+        if iso.settings.apply {
+            let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
+            let applied = if !missing.is_empty() {
+                Err(format!(
+                    "nothing applied: {} could not be brought back from the sandbox (see the warnings)",
+                    missing.join(", ")
+                ))
+            } else {
+                let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+                tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &set.changes))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+            };
+            match applied {
+                Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
+                Err(e) => {
+                    report.apply_error = Some(e);
+                    report.exit_code = crate::report::exit::ERROR;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! One agent session: a model client, a sandbox on the project, the tools, the event sinks.
+//! Shared by `run`, `chat` and `demo`.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+pub mod baseline;
+mod isolated;
+pub mod prime;
+pub mod prompt;
+mod setup;
+
+pub use setup::{event_sinks, open_sandbox, open_spec};
+
+use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
+use crate::events::{Event, EventSink, Fanout};
+use crate::model::{Message, ModelClient, pricing};
+use crate::report::{Outcome, Report, TestVerdict};
+use crate::sandbox::{DockerSandbox, Sandbox};
+use crate::tools::{Approval, Approver, ToolContext, ToolRegistry, ToolSettings, render_command};
+
+/// Largest diff kept for the report.
+const MAX_DIFF_BYTES: usize = 4 << 20;
+
+pub struct Session {
+    pub sandbox: DockerSandbox,
+    pub model: Box<dyn ModelClient>,
+    pub tools: ToolRegistry,
+    pub tool_settings: ToolSettings,
+    pub system: String,
+    pub events: Arc<Fanout>,
+    pub agent_config: AgentConfig,
+    aids: crate::config::Aids,
+    baseline_error: Option<String>,
+    isolation: Option<isolated::Isolation>,
+    approver: Option<TerminalApprover>,
+    started: Instant,
+}
+
+impl Session {
+    pub fn agent(&self) -> Agent<'_> {
+        Agent {
+            model: self.model.as_ref(),
+            tools: &self.tools,
+            ctx: ToolContext {
+                sandbox: &self.sandbox,
+                settings: &self.tool_settings,
+                approver: self.approver.as_ref().map(|a| a as &dyn Approver),
+            },
+            events: self.events.as_ref(),
+            config: self.agent_config.clone(),
+            system: self.system.clone(),
+        }
+    }
+
+    /// Work on `task` from a fresh conversation: primed if asked, and again from a reset
+    /// project (hotter) while the tests fail and attempts are left. Returns the last attempt's
+    /// stop, with steps and usage summed over all attempts, and how many attempts ran.
+    pub async fn work(&self, task: &str) -> (LoopResult, u32) {
+        let mut steps = 0;
+        let mut usage = crate::model::Usage::default();
+        let mut attempt = 1;
+        loop {
+            let mut agent = self.agent();
+            if attempt > 1 {
+                agent.config.temperature = Some(self.aids.retry_temperature);
+            }
+            let first = if self.aids.prime {
+                prime::first_message(task, &agent.ctx).await
+            } else {
+                task.to_string()
+            };
+            let mut messages = vec![Message::user_text(first)];
+            let result = agent.run(&mut messages).await;
+            steps += result.steps;
+            usage.add(&result.usage);
+            let done = LoopResult {
+                stop: result.stop.clone(),
+                steps,
+                usage,
+            };
+            if attempt >= self.aids.attempts
+                || matches!(result.stop, Stop::Fatal(_))
+                || self.tests_pass().await
+            {
+                return (done, attempt);
+            }
+            self.events.emit(&Event::Note {
+                message: format!(
+                    "attempt {attempt} left the tests failing: resetting the project and starting over"
+                ),
+            });
+            if let Err(e) = baseline::reset(&self.sandbox, self.tool_settings.command_timeout).await {
+                self.events.emit(&Event::Note {
+                    message: format!("cannot start over: {e}"),
+                });
+                return (done, attempt);
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn tests_pass(&self) -> bool {
+        let Some(cmd) = &self.tool_settings.test_command else {
+            return true;
+        };
+        let ctx = ToolContext {
+            sandbox: &self.sandbox,
+            settings: &self.tool_settings,
+            approver: None,
+        };
+        ctx.shell(cmd).await.is_ok_and(|o| o.success())
+    }
+
+    /// Run the tests ourselves: the model's word is not evidence.
+    pub async fn verify(&self) -> TestVerdict {
+        let Some(cmd) = self.tool_settings.test_command.clone() else {
+            return TestVerdict {
+                command: None,
+                passed: None,
+                exit_code: None,
+                output_tail: String::new(),
+            };
+        };
+        self.events.emit(&Event::Verifying { command: cmd.clone() });
+        let ctx = ToolContext {
+            sandbox: &self.sandbox,
+            settings: &self.tool_settings,
+            approver: None,
+        };
+        match ctx.shell(&cmd).await {
+            Ok(out) => {
+                let tail = out.stdout.shrink(0, 3000).to_text();
+                self.events.emit(&Event::Note {
+                    message: format!("tests: {}", out.status_line()),
+                });
+                TestVerdict {
+                    command: Some(cmd),
+                    passed: Some(out.success()),
+                    exit_code: Some(out.exit_code),
+                    output_tail: tail,
+                }
+            }
+            Err(e) => TestVerdict {
+                command: Some(cmd),
+                passed: None,
+                exit_code: None,
+                output_tail: format!("the test command could not be run: {e}"),
+            },
+        }
+    }
+
+    /// The diff against the start of the session.
+    pub async fn diff(&self) -> Result<String, String> {
+        if let Some(e) = &self.baseline_error {
+            return Err(e.clone());
+        }
+        baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES).await
+    }
+
+    pub async fn report(&self, result: &LoopResult) -> Report {
+        let (outcome, summary, error) = match &result.stop {
+            Stop::Answered(text) => (Outcome::Finished, Some(text.clone()), None),
+            Stop::StepLimit => (Outcome::StepLimit, None, None),
+            Stop::Fatal(e) => (Outcome::Error, None, Some(e.to_string())),
+        };
+        // After a sandbox failure nothing more can run in it; after a model failure it is
+        // still there, and the tests and the diff are still worth having.
+        let sandbox_alive = !matches!(&result.stop, Stop::Fatal(Fatal::Sandbox(_)));
+        let tests = if sandbox_alive {
+            self.verify().await
+        } else {
+            TestVerdict {
+                command: self.tool_settings.test_command.clone(),
+                passed: None,
+                exit_code: None,
+                output_tail: String::new(),
+            }
+        };
+        let (diff, diff_error) = if self.isolation.is_some() {
+            // `finish_isolated` gives the host's own account instead.
+            (None, None)
+        } else if sandbox_alive {
+            match self.diff().await {
+                Ok(d) => (Some(d), None),
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, Some("the sandbox is gone".into()))
+        };
+        let changed_files = if diff.is_some() {
+            baseline::changed_files(&self.sandbox, self.tool_settings.command_timeout)
+                .await
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let exit_code = Report::exit_code_for(&outcome, &tests);
+        let estimated = self.model.estimated_usage();
+        Report {
+            session: self.sandbox.info().session.clone(),
+            model: self.model.describe(),
+            outcome,
+            summary,
+            error,
+            steps: result.steps,
+            attempts: 1,
+            usage: result.usage,
+            usage_estimated: estimated,
+            cost_usd: if estimated {
+                None
+            } else {
+                pricing::estimate_cost(self.model.model(), &result.usage)
+            },
+            tests,
+            changed_files,
+            diff,
+            diff_error,
+            elapsed_secs: self.started.elapsed().as_secs_f64(),
+            exit_code,
+            warnings: Vec::new(),
+            changed_outside_diff: None,
+            patch_file: None,
+            applied: None,
+            apply_error: None,
+        }
+    }
+
+    /// Remove the sandbox, then check the project on the host (bind-mounted runs: planted git
+    /// metadata moved out, every change listed). The check comes after the removal so that
+    /// nothing of the sandbox can write while the host looks.
+    pub async fn close(self) -> Option<crate::sandbox::hostscan::HostCheck> {
+        let _ = self.sandbox.shutdown().await;
+        self.sandbox.check_host()
+    }
+}
+
+/// Prints what is about to happen and reads y/n from stdin.
+pub struct TerminalApprover;
+
+#[async_trait]
+impl Approver for TerminalApprover {
+    async fn approve(&self, request: &Approval) -> bool {
+        // What is shown for approval must be exactly what will happen: no escape sequence in
+        // the diff or the command may hide or rewrite any of it.
+        let prompt = crate::events::for_terminal(&match request {
+            Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
+            Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
+        });
+        tokio::task::spawn_blocking(move || {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{prompt}allow? [y/N] ");
+            let _ = err.flush();
+            let mut line = String::new();
+            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
+                return false;
+            }
+            matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+/// `render_command` for the chat's `/tests`.
+pub async fn run_tests_now(session: &Session) -> String {
+    match &session.tool_settings.test_command {
+        None => "no test command is known (pass --test-cmd)".into(),
+        Some(cmd) => {
+            let ctx = ToolContext {
+                sandbox: &session.sandbox,
+                settings: &session.tool_settings,
+                approver: None,
+            };
+            match ctx.shell(cmd).await {
+                Ok(out) => render_command(cmd, &out),
+                Err(e) => format!("cannot run the tests: {e}"),
+            }
+        }
+    }
+}
