@@ -556,6 +556,13 @@ pub fn apply(
             }
         }
         for (tmp, target) in &staged {
+            #[cfg(test)]
+            if tests::FAIL_AFTER_PLACING.with(|n| n.get()) == Some(placed.len()) {
+                return Err(IsolateError::Write {
+                    path: target.display().to_string(),
+                    source: std::io::Error::other("injected by the test"),
+                });
+            }
             std::fs::rename(tmp, target).map_err(|source| IsolateError::Write {
                 path: target.display().to_string(),
                 source,
@@ -778,6 +785,63 @@ mod tests {
             err.to_string().contains("gone.txt is a FIFO on the host"),
             "{err}"
         );
+    }
+
+    thread_local! {
+        /// Make `apply` fail once this many files are in place: the rollback of a swap that
+        /// is half done is otherwise unreachable from a test.
+        pub(super) static FAIL_AFTER_PLACING: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+
+    #[test]
+    fn a_failure_while_swapping_puts_everything_back() {
+        let d = project();
+        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
+        let before = snapshot(d.path());
+        let changes = vec![
+            change('M', "src/a.py", file(b"a = 2\n", 0o644)),
+            change('A', "new/dir/b.txt", file(b"b\n", 0o644)),
+            change('D', "gone.txt", None),
+            change('M', "link", Some(Content::Symlink("gone.txt".into()))),
+        ];
+        for placed in 0..3 {
+            FAIL_AFTER_PLACING.with(|n| n.set(Some(placed)));
+            let err = apply(d.path(), &packed.manifest, &changes).unwrap_err();
+            assert!(err.to_string().contains("injected by the test"), "{err}");
+            assert_eq!(snapshot(d.path()), before, "after {placed} file(s) in place");
+        }
+        FAIL_AFTER_PLACING.with(|n| n.set(None));
+        apply(d.path(), &packed.manifest, &changes).unwrap();
+        assert_ne!(snapshot(d.path()), before, "and without the fault it applies");
+    }
+
+    /// Every entry of a tree: path, and the file's bytes or the link's target (no temporary
+    /// file, no directory left over goes unseen).
+    fn snapshot(root: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                let m = p.symlink_metadata().unwrap();
+                let content = if m.is_dir() {
+                    stack.push(p.clone());
+                    None
+                } else if m.file_type().is_symlink() {
+                    Some(
+                        std::fs::read_link(&p)
+                            .unwrap()
+                            .into_os_string()
+                            .into_encoded_bytes(),
+                    )
+                } else {
+                    Some(std::fs::read(&p).unwrap())
+                };
+                out.push((p.strip_prefix(root).unwrap().to_path_buf(), content));
+            }
+        }
+        out.sort();
+        out
     }
 
     #[test]
