@@ -90,6 +90,7 @@ pub struct LoopResult {
     pub usage: Usage,
 }
 
+#[derive(Clone)]
 pub struct Agent<'a> {
     pub model: &'a dyn ModelClient,
     pub tools: &'a ToolRegistry,

@@ -355,3 +355,59 @@ async fn the_step_limit_ends_the_run() {
     assert_eq!(out.result.steps, 3);
     assert_eq!(out.ran.len(), 3);
 }
+
+#[tokio::test]
+async fn attempts_start_over_from_a_reset_project_hotter_while_the_tests_fail() {
+    // The tests fail: the first attempt ends with them failing, so the project is reset and
+    // a second, hotter attempt starts; it is the last one, so its end is taken as it is.
+    let sandbox = StubSandbox::new(|cmd, _| Ok(if cmd == "the tests" { 1 } else { 0 }));
+    let model = Recording {
+        inner: Scripted::from_json(
+            &json!([{"text": "done"}, {"tool_calls": [bash("fix it")]}, {"text": "done again"}]).to_string(),
+            "test",
+        )
+        .unwrap(),
+        temperatures: Mutex::new(Vec::new()),
+    };
+    let settings = ToolSettings {
+        test_command: Some("the tests".into()),
+        ..Default::default()
+    };
+    let tools = ToolRegistry::standard(true, false);
+    let events = Fanout::default();
+    let agent = Agent {
+        model: &model,
+        tools: &tools,
+        ctx: ToolContext {
+            sandbox: &sandbox,
+            settings: &settings,
+            approver: None,
+        },
+        events: &events,
+        config: AgentConfig {
+            temperature: Some(0.0),
+            ..Default::default()
+        },
+        system: "system".into(),
+    };
+    let aids = crate::config::Aids {
+        attempts: 2,
+        retry_temperature: 0.8,
+        ..Default::default()
+    };
+    let (result, attempts) = crate::session::work(&agent, &aids, "fix it").await;
+    assert_eq!(attempts, 2);
+    assert_eq!(result.steps, 3, "steps are summed over the attempts");
+    assert!(matches!(result.stop, Stop::Answered(ref t) if t == "done again"));
+    assert_eq!(
+        model.temperatures.lock().unwrap().as_slice(),
+        [Some(0.0), Some(0.8), Some(0.8)]
+    );
+    let ran = sandbox.ran();
+    // After the first attempt: the tests, then the reset (git read-tree in the harness dir),
+    // then the second attempt's command; no test run decides about an attempt that is the last.
+    assert_eq!(ran.len(), 3, "{ran:?}");
+    assert_eq!(ran[0], "the tests");
+    assert!(ran[1].contains("read-tree"), "{ran:?}");
+    assert_eq!(ran[2], "fix it");
+}

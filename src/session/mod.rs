@@ -56,63 +56,9 @@ impl Session {
         }
     }
 
-    /// Work on `task` from a fresh conversation: primed if asked, and again from a reset
-    /// project (hotter) while the tests fail and attempts are left. Returns the last attempt's
-    /// stop, with steps and usage summed over all attempts, and how many attempts ran.
+    /// Work on `task`: see [`work`].
     pub async fn work(&self, task: &str) -> (LoopResult, u32) {
-        let mut steps = 0;
-        let mut usage = crate::model::Usage::default();
-        let mut attempt = 1;
-        loop {
-            let mut agent = self.agent();
-            if attempt > 1 {
-                agent.config.temperature = Some(self.aids.retry_temperature);
-            }
-            let first = if self.aids.prime {
-                prime::first_message(task, &agent.ctx).await
-            } else {
-                task.to_string()
-            };
-            let mut messages = vec![Message::user_text(first)];
-            let result = agent.run(&mut messages).await;
-            steps += result.steps;
-            usage.add(&result.usage);
-            let done = LoopResult {
-                stop: result.stop.clone(),
-                steps,
-                usage,
-            };
-            if attempt >= self.aids.attempts
-                || matches!(result.stop, Stop::Fatal(_))
-                || self.tests_pass().await
-            {
-                return (done, attempt);
-            }
-            self.events.emit(&Event::Note {
-                message: format!(
-                    "attempt {attempt} left the tests failing: resetting the project and starting over"
-                ),
-            });
-            if let Err(e) = baseline::reset(&self.sandbox, self.tool_settings.command_timeout).await {
-                self.events.emit(&Event::Note {
-                    message: format!("cannot start over: {e}"),
-                });
-                return (done, attempt);
-            }
-            attempt += 1;
-        }
-    }
-
-    async fn tests_pass(&self) -> bool {
-        let Some(cmd) = &self.tool_settings.test_command else {
-            return true;
-        };
-        let ctx = ToolContext {
-            sandbox: &self.sandbox,
-            settings: &self.tool_settings,
-            approver: None,
-        };
-        ctx.shell(cmd).await.is_ok_and(|o| o.success())
+        work(&self.agent(), &self.aids, task).await
     }
 
     /// Run the tests ourselves: the model's word is not evidence.
@@ -236,6 +182,58 @@ impl Session {
         let _ = self.sandbox.shutdown().await;
         self.sandbox.check_host()
     }
+}
+
+/// Work on `task` from a fresh conversation: primed if asked, and again from a reset project
+/// (hotter) while the tests fail and attempts are left. Returns the last attempt's stop, with
+/// steps and usage summed over all attempts, and how many attempts ran.
+pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (LoopResult, u32) {
+    let mut steps = 0;
+    let mut usage = crate::model::Usage::default();
+    let mut attempt = 1;
+    loop {
+        let mut agent = base.clone();
+        if attempt > 1 {
+            agent.config.temperature = Some(aids.retry_temperature);
+        }
+        let first = if aids.prime {
+            prime::first_message(task, &agent.ctx).await
+        } else {
+            task.to_string()
+        };
+        let mut messages = vec![Message::user_text(first)];
+        let result = agent.run(&mut messages).await;
+        steps += result.steps;
+        usage.add(&result.usage);
+        let done = LoopResult {
+            stop: result.stop.clone(),
+            steps,
+            usage,
+        };
+        if attempt >= aids.attempts || matches!(result.stop, Stop::Fatal(_)) || tests_pass(&agent.ctx).await {
+            return (done, attempt);
+        }
+        agent.events.emit(&Event::Note {
+            message: format!(
+                "attempt {attempt} left the tests failing: resetting the project and starting over"
+            ),
+        });
+        if let Err(e) = baseline::reset(agent.ctx.sandbox, agent.ctx.settings.command_timeout).await {
+            agent.events.emit(&Event::Note {
+                message: format!("cannot start over: {e}"),
+            });
+            return (done, attempt);
+        }
+        attempt += 1;
+    }
+}
+
+/// No test command counts as passing: there is nothing to retry for.
+async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
+    let Some(cmd) = &ctx.settings.test_command else {
+        return true;
+    };
+    ctx.shell(cmd).await.is_ok_and(|o| o.success())
 }
 
 /// Prints what is about to happen and reads y/n from stdin.

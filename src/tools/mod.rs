@@ -117,6 +117,7 @@ impl Default for ToolSettings {
     }
 }
 
+#[derive(Clone, Copy)]
 pub struct ToolContext<'a> {
     pub sandbox: &'a dyn Sandbox,
     pub settings: &'a ToolSettings,
