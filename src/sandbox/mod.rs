@@ -10,6 +10,7 @@ pub(crate) mod executor;
 pub mod gc;
 pub mod hostscan;
 mod policy;
+pub mod seccomp;
 
 use std::time::Duration;
 

@@ -86,6 +86,12 @@ pub enum MainProcess {
 const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-python; exit 3; }; \
                     exec python3 -I -S -c \"$1\"";
 
+/// No setuid gains, and agentbox's seccomp profile (the engine's default without vsock and
+/// io_uring; see `seccomp.rs`) instead of the engine's own.
+fn security_opts() -> Vec<String> {
+    vec!["no-new-privileges".into(), super::seccomp::security_opt()]
+}
+
 /// How the project reaches `/workspace`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceSource {
@@ -174,7 +180,7 @@ impl SandboxSpec {
                 network_mode: Some("none".into()),
                 cap_drop: Some(vec!["ALL".into()]),
                 cap_add: Some(vec!["CHOWN".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
+                security_opt: Some(security_opts()),
                 readonly_rootfs: Some(true),
                 mounts: Some(vec![Mount {
                     target: Some(WORKSPACE.to_string()),
@@ -266,7 +272,7 @@ impl SandboxSpec {
             mounts: Some(mounts),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(security_opts()),
             readonly_rootfs: Some(true),
             privileged: Some(false),
             // As PID 1 the executor reaps zombies itself; docker-init does it for the keep-alive.
@@ -385,7 +391,10 @@ mod tests {
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
-        assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        let opts = hc.security_opt.clone().unwrap();
+        assert_eq!(opts[0], "no-new-privileges");
+        assert_eq!(opts[1], super::super::seccomp::security_opt());
+        assert_eq!(opts.len(), 2);
         assert_eq!(hc.readonly_rootfs, Some(true));
         assert_eq!(hc.init, Some(false), "the executor is PID 1 and reaps");
         assert_eq!(
