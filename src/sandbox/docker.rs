@@ -233,10 +233,13 @@ async fn create_tracked(
     docker: &Docker,
     spec: &SandboxSpec,
     name: &str,
-    body: bollard::models::ContainerCreateBody,
+    mut body: bollard::models::ContainerCreateBody,
     what: &'static str,
     user: String,
 ) -> Result<String, SandboxError> {
+    if is_podman(docker).await {
+        seccomp_as_file(&mut body)?;
+    }
     creating(docker, false, name);
     let made = docker
         .create_container(
@@ -260,6 +263,33 @@ async fn create_tracked(
         .expect("live lock")
         .insert(id.clone(), (docker.clone(), user));
     Ok(id)
+}
+
+/// Whether the engine is Podman (its Docker-compatible API), asked once per process.
+async fn is_podman(docker: &Docker) -> bool {
+    static PODMAN: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
+    *PODMAN
+        .get_or_init(|| async {
+            docker.version().await.is_ok_and(|v| {
+                v.components
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.name.starts_with("Podman"))
+            })
+        })
+        .await
+}
+
+/// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
+fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
+    let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
+        return Ok(());
+    };
+    for opt in opts.iter_mut().filter(|o| o.starts_with("seccomp={")) {
+        *opt = super::seccomp::security_opt_as_file()
+            .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Create the session's volume and fill it: the project's tar goes in through the archive

@@ -36,10 +36,15 @@
 //!
 //! **Engines.** Docker (runc) applies a profile passed as `seccomp=<JSON>` in the create
 //! request's `security_opt`: what the docker CLI sends for `--security-opt seccomp=FILE`, and
-//! checked when the container starts. gVisor (`--runtime runsc`) ignores it unless runsc is
-//! configured with `--oci-seccomp`; it needs no vsock rule (gVisor has no vsock), implements
-//! io_uring only behind a flag, and its own kernel stands between the sandbox and the host's.
-//! `doctor` reports what it observes, whatever the engine.
+//! checked when the container starts. Podman's Docker-compatible API (4.3) opens the value as a
+//! file instead, so for Podman the profile is written to a file only this user can change and
+//! its path is passed (checked against Podman 4.3.1 with runc: vsock and io_uring refused, as
+//! is `unshare`, which Podman's own default allows). gVisor (`--runtime runsc`) does not apply
+//! it unless runsc runs with `--oci-seccomp`, and needs it less: its own kernel serves the
+//! sandbox, without vsock, and an io_uring there is gVisor's, not the host's. Debian's runsc
+//! (2022-12) with `--oci-seccomp` ignores a rule's errno, so `clone3` gets `EPERM` instead of
+//! `ENOSYS` and no thread can start, under the engine's default profile as under this one: use
+//! runsc without that flag. `doctor` reports what it observes, whatever the engine.
 
 use std::sync::OnceLock;
 
@@ -592,6 +597,51 @@ pub fn security_opt() -> String {
     format!("seccomp={}", profile_json())
 }
 
+/// The same entry in the form Podman's Docker-compatible API takes: a path to the profile on
+/// the engine's host (it opens the value as a file, and refuses inline JSON with "opening
+/// seccomp profile failed"). The file is written once per profile, where only this user can
+/// change it: whoever could rewrite it could loosen the sandbox.
+pub fn security_opt_as_file() -> std::io::Result<String> {
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(run) => std::path::PathBuf::from(run).join("agentbox"),
+        // SAFETY: getuid has no preconditions and cannot fail.
+        None => std::env::temp_dir().join(format!("agentbox-{}", unsafe { libc::getuid() })),
+    };
+    write_profile_file(&dir).map(|path| format!("seccomp={}", path.display()))
+}
+
+fn write_profile_file(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use sha2::Digest;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    // A directory someone else made (in a shared /tmp, say) could hold a profile of theirs.
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.permissions().mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory only this user can write",
+            dir.display()
+        )));
+    }
+    let digest = sha2::Sha256::digest(profile_json().as_bytes());
+    let name: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("seccomp-{name}.json"));
+    if std::fs::read(&path).is_ok_and(|held| held == profile_json().as_bytes()) {
+        return Ok(path);
+    }
+    // Whole or absent: a concurrent run must never read half a profile.
+    let mut tmp = tempfile::Builder::new().prefix(".seccomp-").tempfile_in(dir)?;
+    std::io::Write::write_all(&mut tmp, profile_json().as_bytes())?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -836,6 +886,30 @@ mod tests {
             .map(|r| r["args"][0]["value"].as_u64().unwrap())
             .collect();
         assert!(!personas.contains(&0x0040000), "ADDR_NO_RANDOMIZE");
+    }
+
+    #[test]
+    fn the_profile_file_is_whole_and_only_ours() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("agentbox");
+        let path = write_profile_file(&dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), profile_json());
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        // Written once: the second run finds it.
+        assert_eq!(write_profile_file(&dir).unwrap(), path);
+        // A profile someone changed is put back.
+        std::fs::write(&path, "{}").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(write_profile_file(&dir).unwrap()).unwrap(),
+            profile_json()
+        );
+        // A directory others may write is refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(write_profile_file(&dir).is_err());
     }
 
     #[test]
