@@ -375,14 +375,15 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
 /// the OOM killer's choice. Observed from inside, whatever the engine claims.
 fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Report) {
     let fact = |k: &str| facts.get(k).map(String::as_str).unwrap_or("?");
-    let gvisor = cfg.runtime.as_deref() == Some("runsc");
-    let apply = if gvisor {
-        "gVisor applies the profile only when runsc runs with --oci-seccomp: add it to the runtime's \
-         \"runtimeArgs\" in /etc/docker/daemon.json and reload the daemon (SIGHUP)"
-    } else {
-        "the engine must apply the seccomp profile agentbox passes in security_opt: `docker info` \
-         should list seccomp under Security Options; a runtime other than runc or crun may ignore it"
-    };
+    // gVisor serves the sandbox from its own kernel: it has no vsock, and an io_uring there is
+    // gVisor's, not the host's. It applies an OCI seccomp profile only when runsc runs with
+    // --oci-seccomp, which the runsc measured here (Debian's, 2022-12) cannot take: it ignores a
+    // rule's errno, so clone3 gets EPERM instead of ENOSYS and no thread can start (with the
+    // engine's own default profile too).
+    let gvisor = cfg.runtime.as_deref().is_some_and(|r| r.contains("runsc"));
+    let apply = "the engine must apply the seccomp profile agentbox passes in security_opt: \
+                 `docker info` should list seccomp under Security Options; a runtime other than \
+                 runc or crun may ignore it";
     match fact("seccomp") {
         "2" => r.line(
             Level::Ok,
@@ -390,12 +391,11 @@ fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Re
             "agentbox's profile is on (filter mode)",
             None,
         ),
-        // gVisor's own kernel serves the sandbox; what matters is observed below.
         other if gvisor => r.line(
-            Level::Warn,
+            Level::Ok,
             "seccomp",
-            format!("no filter under gVisor (Seccomp: {other}); gVisor's own kernel serves the sandbox"),
-            Some(apply),
+            format!("not applied by gVisor (Seccomp: {other}); gVisor's own kernel serves the sandbox"),
+            None,
         ),
         other => r.line(
             Level::Fail,
@@ -409,15 +409,23 @@ fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Re
         r.line(
             Level::Ok,
             "tools",
-            "python3, git, rg and sh run under the profile",
+            "python3 (with a thread), git, rg and sh run under the profile",
             None,
         );
     } else {
+        let fix = if gvisor && fact("seccomp") == "2" {
+            "this runsc applies the profile (--oci-seccomp) but ignores a rule's errno, so clone3 \
+             gets EPERM and threads cannot start: drop --oci-seccomp from the runtime's \
+             runtimeArgs, or use a gVisor that honours errnoRet"
+        } else {
+            "run `agentbox -v exec PROJECT -- TOOL --version` to see the error; if a syscall is \
+             refused (EPERM), report it with the tool's version"
+        };
         r.line(
             Level::Fail,
             "tools",
             format!("failed under the sandbox's policy: {failed}"),
-            Some("run `agentbox -v exec PROJECT -- TOOL --version` to see the error; if a syscall is refused (EPERM), report it with the tool's version"),
+            Some(fix),
         );
     }
     for (what, key, reach) in [
@@ -433,6 +441,12 @@ fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Re
         ),
     ] {
         match fact(key) {
+            "created" if gvisor => r.line(
+                Level::Ok,
+                what,
+                "can be created, in gVisor's own kernel (not the host's)",
+                None,
+            ),
             "created" => r.line(
                 Level::Fail,
                 what,
@@ -449,6 +463,13 @@ fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Re
         }
     }
     match fact("oomadj") {
+        // Measured: the host's OOM killer sees gVisor's kernel, not the processes inside it.
+        "1000" if gvisor => r.line(
+            Level::Warn,
+            "oom score",
+            "1000 inside gVisor, but running out of memory ends the whole sandbox (and the session)",
+            None,
+        ),
         "1000" => r.line(Level::Ok, "oom score", "commands are the OOM killer's first choice (1000)", None),
         other => r.line(
             Level::Fail,
@@ -487,11 +508,11 @@ echo "mem=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memo
 echo "seccomp=$(awk '/^Seccomp:/ {print $2}' /proc/self/status)"
 echo "oomadj=$(cat /proc/self/oom_score_adj)"
 failed=
-for tool in 'python3 -c pass' 'git --version' 'rg --version' 'sh -c true'; do
-  set -- $tool
-  command -v "$1" >/dev/null 2>&1 || continue
-  $tool >/dev/null 2>&1 || failed="$failed $1"
-done
+check() { command -v "$1" >/dev/null 2>&1 || return 0; "$@" >/dev/null 2>&1 || failed="$failed $1"; }
+check python3 -c 'import threading; t = threading.Thread(target=int); t.start(); t.join()'
+check git --version
+check rg --version
+check sh -c true
 echo "toolsfailed=$failed"
 if command -v python3 >/dev/null 2>&1; then python3 -c "$KERNEL_PROBE"; fi
 "#;
@@ -568,15 +589,28 @@ mod tests {
             ("oomadj", "500"),
         ];
         assert_eq!(problems(&open, None), 5);
-        // gVisor without --oci-seccomp: no filter, but its own kernel refuses both.
+        // gVisor without --oci-seccomp (as measured): no filter, no vsock, its own io_uring.
         let gvisor = [
             ("seccomp", "0"),
             ("toolsfailed", ""),
             ("vsock", "EAFNOSUPPORT"),
-            ("io_uring", "ENOSYS"),
+            ("io_uring", "created"),
             ("oomadj", "1000"),
         ];
         assert_eq!(problems(&gvisor, Some("runsc")), 0);
-        assert_eq!(problems(&gvisor, None), 1, "no filter under runc is a problem");
+        assert_eq!(
+            problems(&gvisor, None),
+            2,
+            "under runc: no filter, a host io_uring"
+        );
+        // gVisor with --oci-seccomp: threads fail.
+        let oci = [
+            ("seccomp", "2"),
+            ("toolsfailed", " python3"),
+            ("vsock", "EPERM"),
+            ("io_uring", "EPERM"),
+            ("oomadj", "1000"),
+        ];
+        assert_eq!(problems(&oci, Some("runsc")), 1);
     }
 }

@@ -197,9 +197,8 @@ pub enum SandboxError {
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
     #[error(
-        "the sandbox ran out of memory and the kernel ended its main process, so the session \
-         cannot go on ({0}); commands are the OOM killer's first choice, unless one lowers its \
-         own OOM score"
+        "the sandbox ran out of memory and the kernel's OOM killer ended it, so the session \
+         cannot go on ({0})"
     )]
     OutOfMemory(String),
     #[error("the sandbox's command runner failed ({0}); the session cannot go on")]
