@@ -895,7 +895,9 @@ impl DockerSandbox {
                 let mut oom = false;
                 let mut died_killed = None;
                 let mut events = self.docker.events(Some(opts));
-                while let Some(Ok(event)) = events.next().await {
+                while let Some(event) = events.next().await {
+                    // No answer from the daemon: nothing to learn, and no reason to wait.
+                    let Ok(event) = event else { return false };
                     match event.action.as_deref() {
                         Some("oom") => oom = true,
                         Some("die") => {
