@@ -70,8 +70,9 @@ pub struct SandboxArgs {
           value_parser = clap::value_parser!(i64).range(16..=1_000_000))]
     pub pids_limit: i64,
 
-    /// Size of the sandbox's /tmp (a tmpfs, counted against --memory).
-    #[arg(long, value_name = "SIZE", default_value = "512m")]
+    /// Size of the sandbox's /tmp (a tmpfs, counted against --memory). `auto`: 512m, or less
+    /// when --memory is under 1536m; files in memory must leave room for processes.
+    #[arg(long, value_name = "SIZE", default_value = "auto")]
     pub tmp_size: String,
 
     /// Largest file a command may write, in the project too (RLIMIT_FSIZE).

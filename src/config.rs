@@ -10,7 +10,7 @@ use crate::model::retry::RetryPolicy;
 use crate::model::scripted::Scripted;
 use crate::model::text_protocol::TextProtocol;
 use crate::model::{HttpSettings, ModelClient, ModelError, RetryObserver, ToolChoice};
-use crate::sandbox::{Limits, SandboxSpec, parse_size};
+use crate::sandbox::{Limits, MIN_MEMORY, MemoryBudget, SandboxSpec, human_bytes, parse_size};
 
 /// A bad flag value or configuration: exit status 2, message to the user, no stack trace.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,35 @@ fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
     parse_size(value).map_err(|e| UsageError(format!("--{flag}: {e}")))
 }
 
+/// `--tmp-size`: `auto` (512m, or less under a small `--memory`), or a size that fits the
+/// memory budget. An explicit size that does not fit is refused rather than shrunk: the user
+/// asked for it, and should choose which of the two flags to change.
+fn tmp_size(value: &str, memory_flag: &str, budget: &MemoryBudget) -> Result<i64, UsageError> {
+    if value.trim().eq_ignore_ascii_case("auto") {
+        return Ok(budget.auto_tmp());
+    }
+    let tmp = size("tmp-size", value)?;
+    if budget.fits(tmp) {
+        return Ok(tmp);
+    }
+    Err(UsageError(format!(
+        "--tmp-size {value} does not fit --memory {memory_flag}: files in /tmp, in agentbox's own \
+         scratch space (as much again as /tmp), in HOME and in /dev/shm ({} each) are held in \
+         memory, and {} of --memory stays for processes so that a full /tmp cannot leave the \
+         sandbox's command runner without memory. Use --tmp-size {} or less (or auto), or \
+         --memory {} or more",
+        human_bytes(budget.home as u64),
+        human_bytes(budget.reserve as u64),
+        mebibytes(budget.largest_tmp()),
+        mebibytes(MemoryBudget::memory_for(tmp)),
+    )))
+}
+
+/// A size as a flag takes it: `72m`.
+fn mebibytes(bytes: i64) -> String {
+    format!("{}m", bytes >> 20)
+}
+
 impl SandboxConfig {
     pub fn from_args(args: &SandboxArgs) -> Result<Self, UsageError> {
         let host_cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
@@ -43,16 +72,20 @@ impl SandboxConfig {
             }
         };
         let memory = size("memory", &args.memory)?;
-        if memory < 64 << 20 {
-            return Err(UsageError(
-                "--memory: at least 64m is needed to run anything".into(),
-            ));
+        if memory < MIN_MEMORY {
+            return Err(UsageError(format!(
+                "--memory: at least {}m is needed to run anything",
+                MIN_MEMORY >> 20
+            )));
         }
+        let budget = MemoryBudget::new(memory);
         let limits = Limits {
             memory_bytes: memory,
             cpus,
             pids: args.pids_limit,
-            tmp_bytes: size("tmp-size", &args.tmp_size)?,
+            tmp_bytes: tmp_size(&args.tmp_size, &args.memory, &budget)?,
+            home_bytes: budget.home,
+            shm_bytes: budget.shm,
             max_file_bytes: size("max-file-size", &args.max_file_size)?,
         };
         if args.image.trim().is_empty() {
@@ -460,6 +493,34 @@ mod tests {
                 .resample_repeats,
             1
         );
+    }
+
+    #[test]
+    fn files_in_memory_must_leave_room_for_processes() {
+        // auto: 512m under the default 2g; less, to fit, under a small --memory.
+        assert_eq!(run_settings(&[]).sandbox.limits.tmp_bytes, 512 << 20);
+        let small = run_settings(&["--memory", "256m"]).sandbox.limits;
+        assert_eq!(
+            (small.tmp_bytes, small.home_bytes, small.shm_bytes),
+            (72 << 20, 24 << 20, 24 << 20)
+        );
+        assert_eq!(
+            run_settings(&["--memory", "1g", "--tmp-size", "256m"])
+                .sandbox
+                .limits
+                .tmp_bytes,
+            256 << 20
+        );
+        // An explicit size that does not fit is refused, naming both flags and a way out each.
+        let err = settings_error(&["--script", "s.json", "--memory", "256m", "--tmp-size", "512m"]);
+        assert!(
+            err.starts_with("--tmp-size 512m does not fit --memory 256m")
+                && err.contains("--tmp-size 72m or less")
+                && err.contains("--memory 1536m or more"),
+            "{err}"
+        );
+        let err = settings_error(&["--script", "s.json", "--memory", "64m"]);
+        assert!(err.contains("at least 128m"), "{err}");
     }
 
     #[test]

@@ -45,9 +45,11 @@ while [ $n -lt 500 ]; do
 done"#;
 
 /// Per-call mode runs `"$@"` and then sweeps, so a background child that holds stdout open
-/// cannot keep the exec stream (and the caller) waiting.
+/// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
+/// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
+/// kernel kills it rather than the keep-alive, whose end would be the session's.
 fn per_call_wrapper() -> String {
-    format!("\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
+    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
 
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
@@ -231,10 +233,13 @@ async fn create_tracked(
     docker: &Docker,
     spec: &SandboxSpec,
     name: &str,
-    body: bollard::models::ContainerCreateBody,
+    mut body: bollard::models::ContainerCreateBody,
     what: &'static str,
     user: String,
 ) -> Result<String, SandboxError> {
+    if is_podman(docker).await {
+        seccomp_as_file(&mut body)?;
+    }
     creating(docker, false, name);
     let made = docker
         .create_container(
@@ -258,6 +263,33 @@ async fn create_tracked(
         .expect("live lock")
         .insert(id.clone(), (docker.clone(), user));
     Ok(id)
+}
+
+/// Whether the engine is Podman (its Docker-compatible API), asked once per process.
+async fn is_podman(docker: &Docker) -> bool {
+    static PODMAN: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
+    *PODMAN
+        .get_or_init(|| async {
+            docker.version().await.is_ok_and(|v| {
+                v.components
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.name.starts_with("Podman"))
+            })
+        })
+        .await
+}
+
+/// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
+fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
+    let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
+        return Ok(());
+    };
+    for opt in opts.iter_mut().filter(|o| o.starts_with("seccomp={")) {
+        *opt = super::seccomp::security_opt_as_file()
+            .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Create the session's volume and fill it: the project's tar goes in through the archive
@@ -472,8 +504,11 @@ pub struct DockerSandbox {
     closed: AtomicBool,
     /// The container died under us (killed or removed from outside): every later call fails.
     gone: AtomicBool,
-    /// OOM-kill count seen last (per-call mode reads it after a SIGKILL to say "out of memory").
+    /// OOM-kill count seen last (per-call mode reads it after every command to say "out of
+    /// memory"; the executor counts for itself).
     oom_seen: AtomicI64,
+    /// When the container was created, in seconds since the epoch: where its events start.
+    created_at: u64,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<String>,
     /// A bind-mounted project's state at the start (see `hostscan`).
@@ -543,6 +578,10 @@ impl DockerSandbox {
         main: MainProcess,
     ) -> Result<Option<DockerSandbox>, SandboxError> {
         let t0 = Instant::now();
+        let created_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         let name = match main {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
@@ -609,6 +648,7 @@ impl DockerSandbox {
                 closed: AtomicBool::new(false),
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
+                created_at,
                 volume: None,
                 guard: None,
             };
@@ -736,6 +776,7 @@ impl DockerSandbox {
         let mut out = HeadTail::new(req.head, req.tail);
         let mut err = HeadTail::new(req.head, req.tail);
         let mut timed_out = false;
+        let mut oom_after = None;
         let deadline = tokio::time::sleep(req.timeout);
         tokio::pin!(deadline);
         loop {
@@ -753,7 +794,7 @@ impl DockerSandbox {
                         break;
                     }
                     timed_out = true;
-                    self.sweep().await?;
+                    oom_after = self.sweep().await?;
                     deadline.as_mut().reset(tokio::time::Instant::now() + WATCHDOG);
                 }
             }
@@ -764,7 +805,7 @@ impl DockerSandbox {
         // The wrapper's own sweep can be escaped by a command that kills the wrapper: sweep again
         // from a fresh exec, so nothing outlives the command in this mode either.
         if !timed_out {
-            self.sweep().await?;
+            oom_after = self.sweep().await?;
         }
         let inspect = self
             .docker
@@ -781,24 +822,30 @@ impl DockerSandbox {
             stderr: err.finish(),
             elapsed: started.elapsed(),
         };
-        if exit_code == 137 && !timed_out {
-            let now = self.read_oom_kills().await.unwrap_or(-1);
-            let before = self.oom_seen.swap(now, Ordering::Relaxed);
-            result.oom_killed = before >= 0 && now > before;
+        // Any OOM kill while the command ran counts, not only of the command itself: with many
+        // processes the killer may take one of its children and the command goes on.
+        if oom_after.is_none() && exit_code == 137 {
+            // The sweep could not say (the container was going): ask as the keep-alive's uid.
+            oom_after = self.read_oom_kills().await;
         }
+        let now = oom_after.unwrap_or(-1);
+        let before = self.oom_seen.swap(now, Ordering::Relaxed);
+        result.oom_killed = before >= 0 && now > before;
         Ok(result)
     }
 
-    /// Kill every process of the sandbox user, through a fresh exec.
-    async fn sweep(&self) -> Result<(), SandboxError> {
+    /// Kill every process of the sandbox user, through a fresh exec, which then reads the memory
+    /// cgroup's OOM-kill counter (so per-call mode learns of an OOM kill without another exec).
+    async fn sweep(&self) -> Result<Option<i64>, SandboxError> {
         let cid = &self.info.container_id;
         let user = self.user();
+        let script = format!("{SWEEP}\n{READ_OOM_KILLS}");
         let exec = self
             .docker
             .create_exec(
                 cid,
                 CreateExecOptions {
-                    cmd: Some(vec!["/bin/sh", "-c", SWEEP]),
+                    cmd: Some(vec!["/bin/sh", "-c", script.as_str()]),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     user: Some(user.as_str()),
@@ -813,21 +860,82 @@ impl DockerSandbox {
             .await
             .map_err(|e| container_error(cid, "start exec", e))?
         {
-            let drain = async { while output.next().await.is_some() {} };
+            let mut text = Vec::new();
+            let drain = async {
+                while let Some(Ok(item)) = output.next().await {
+                    if text.len() < 4096 {
+                        text.extend_from_slice(item.as_ref());
+                    }
+                }
+            };
             let _ = tokio::time::timeout(WATCHDOG, drain).await;
+            return Ok(parse_oom_kills(&text));
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Whether the container died of its memory limit: the daemon's event log, which outlives
+    /// the auto-removed container, holds an `oom` event for it and its main process died of
+    /// SIGKILL. Commands get the highest OOM score so that this does not happen; when it does
+    /// anyway (a command lowered its own score), the user hears "out of memory", not "killed
+    /// from outside".
+    async fn died_of_oom(&self) -> bool {
+        use bollard::query_parameters::EventsOptionsBuilder;
+        let filters = HashMap::from([
+            ("container".to_string(), vec![self.info.container_id.clone()]),
+            ("type".to_string(), vec!["container".to_string()]),
+            ("event".to_string(), vec!["oom".to_string(), "die".to_string()]),
+        ]);
+        let look = async {
+            // The `die` event can trail the container's end by a moment.
+            for _ in 0..10 {
+                let until = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let opts = EventsOptionsBuilder::default()
+                    .since(&self.created_at.saturating_sub(1).to_string())
+                    .until(&until.to_string())
+                    .filters(&filters)
+                    .build();
+                let mut oom = false;
+                let mut died_killed = None;
+                let mut events = self.docker.events(Some(opts));
+                while let Some(event) = events.next().await {
+                    // No answer from the daemon: nothing to learn, and no reason to wait.
+                    let Ok(event) = event else { return false };
+                    match event.action.as_deref() {
+                        Some("oom") => oom = true,
+                        Some("die") => {
+                            let code = event
+                                .actor
+                                .and_then(|a| a.attributes)
+                                .and_then(|a| a.get("exitCode").cloned());
+                            died_killed = Some(code.as_deref() == Some("137"));
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(killed) = died_killed {
+                    return oom && killed;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
+        };
+        tokio::time::timeout(Duration::from_secs(5), look)
+            .await
+            .unwrap_or(false)
     }
 
     /// The memory cgroup's OOM-kill counter (cgroup v2 or v1), read as the keep-alive's uid.
     async fn read_oom_kills(&self) -> Option<i64> {
-        let script = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null";
         let exec = self
             .docker
             .create_exec(
                 &self.info.container_id,
                 CreateExecOptions {
-                    cmd: Some(vec!["/bin/sh", "-c", script]),
+                    cmd: Some(vec!["/bin/sh", "-c", READ_OOM_KILLS]),
                     attach_stdout: Some(true),
                     user: Some("65534:65534"),
                     ..Default::default()
@@ -844,10 +952,18 @@ impl DockerSandbox {
         while let Some(Ok(item)) = output.next().await {
             text.extend_from_slice(item.as_ref());
         }
-        String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
+        parse_oom_kills(&text)
     }
+}
+
+/// Prints the memory cgroup's counters, among them `oom_kill N` (cgroup v2, then v1).
+const READ_OOM_KILLS: &str =
+    "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null";
+
+fn parse_oom_kills(text: &[u8]) -> Option<i64> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
 }
 
 fn short(id: &str) -> &str {
@@ -880,9 +996,15 @@ impl Sandbox for DockerSandbox {
         }
         let span = info_span!("exec", argv0 = req.argv.first().map(String::as_str).unwrap_or(""));
         async {
-            match self.info.exec_mode {
+            let result = match self.info.exec_mode {
                 ExecMode::Persistent => self.exec_persistent(&req).await,
                 ExecMode::PerCall => self.exec_per_call(&req).await,
+            };
+            match result {
+                Err(SandboxError::ContainerGone(why)) if self.died_of_oom().await => {
+                    Err(SandboxError::OutOfMemory(why))
+                }
+                other => other,
             }
         }
         .instrument(span)

@@ -10,6 +10,7 @@ pub(crate) mod executor;
 pub mod gc;
 pub mod hostscan;
 mod policy;
+pub mod seccomp;
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ pub use docker::{
     remove_live_containers,
 };
 pub use policy::{
-    HARNESS_DIR, HOME, Limits, MainProcess, ParseSizeError, SandboxSpec, WorkspaceSource, parse_size,
+    HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
+    WorkspaceSource, parse_size,
 };
 
 /// Where the project is mounted inside every sandbox.
@@ -129,9 +131,15 @@ impl ExecOutput {
                 "timed out after {:.0}s: the command and everything it started were killed",
                 self.elapsed.as_secs_f64()
             )
-        } else if self.oom_killed {
+        } else if self.oom_killed && self.signal == Some(libc::SIGKILL) {
             format!(
                 "exit {}: killed by the sandbox's memory limit (out of memory)",
+                self.exit_code
+            )
+        } else if self.oom_killed {
+            // The OOM killer took a process the command started, and the command went on.
+            format!(
+                "exit {}; the sandbox's memory limit killed a process it started (out of memory)",
                 self.exit_code
             )
         } else if let Some(sig) = self.signal {
@@ -188,6 +196,11 @@ pub enum SandboxError {
     ImageMissing { image: String, detail: String },
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
+    #[error(
+        "the sandbox ran out of memory and the kernel's OOM killer ended it, so the session \
+         cannot go on ({0})"
+    )]
+    OutOfMemory(String),
     #[error("the sandbox's command runner failed ({0}); the session cannot go on")]
     ExecutorLost(String),
     #[error("docker: {context}: {source}")]

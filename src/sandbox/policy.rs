@@ -19,13 +19,19 @@ pub const HOME: &str = "/home/agentbox";
 /// command that fills `/tmp` cannot break the harness.
 pub const HARNESS_DIR: &str = "/run/agentbox";
 
-/// Resource limits; each has a flag.
+/// Resource limits. Memory, CPUs, pids, `/tmp` and the largest file have flags; the other
+/// in-memory filesystems are sized from the memory limit (see [`MemoryBudget`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     pub memory_bytes: i64,
     pub cpus: f64,
     pub pids: i64,
+    /// `/tmp`, and the harness's own scratch space ([`HARNESS_DIR`]) as much again.
     pub tmp_bytes: i64,
+    /// `HOME`.
+    pub home_bytes: i64,
+    /// `/dev/shm`.
+    pub shm_bytes: i64,
     /// RLIMIT_FSIZE: the largest file any command may write, in the project too, where Docker
     /// has no quota for a bind mount.
     pub max_file_bytes: i64,
@@ -33,13 +39,102 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
+        let budget = MemoryBudget::new(2 << 30);
         Limits {
-            memory_bytes: 2 << 30,
+            memory_bytes: budget.memory,
             cpus: 2.0,
             pids: 512,
-            tmp_bytes: 512 << 20,
+            tmp_bytes: budget.auto_tmp(),
+            home_bytes: budget.home,
+            shm_bytes: budget.shm,
             max_file_bytes: 1 << 30,
         }
+    }
+}
+
+/// How a memory limit is shared between files held in memory and processes.
+///
+/// Files in a tmpfs are charged to the container's memory cgroup but belong to no process, and
+/// a full tmpfs cannot be reclaimed (there is no swap). If the tmpfs mounts could hold all of
+/// `--memory`, filling them would leave the executor, the container's main process, without
+/// memory: the kernel's OOM killer would take it, whatever its score, and the session would
+/// end. So their sizes together stay below the limit, and a reserve is kept for processes:
+/// a quarter of the limit, at least [`MIN_RESERVE`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryBudget {
+    pub memory: i64,
+    /// Kept for processes, whatever the tmpfs mounts hold.
+    pub reserve: i64,
+    pub home: i64,
+    pub shm: i64,
+}
+
+/// The least memory kept for processes: the executor (~15 MiB), the harness's git, a shell.
+pub const MIN_RESERVE: i64 = 64 << 20;
+/// The smallest `--memory` that leaves room for anything besides the reserve.
+pub const MIN_MEMORY: i64 = 128 << 20;
+/// `/tmp` when `--tmp-size` is `auto` and the memory limit allows it.
+pub const DEFAULT_TMP: i64 = 512 << 20;
+
+const MIB: i64 = 1 << 20;
+
+impl MemoryBudget {
+    pub fn new(memory: i64) -> Self {
+        let reserve = (memory / 4).max(MIN_RESERVE);
+        // HOME and /dev/shm rarely hold much: 64 MiB each, less under a small limit.
+        let small = ((memory - reserve) / 8 / MIB * MIB).clamp(MIB, 64 * MIB);
+        MemoryBudget {
+            memory,
+            reserve,
+            home: small,
+            shm: small,
+        }
+    }
+
+    /// What `/tmp` and the harness's scratch space share.
+    fn for_tmp(&self) -> i64 {
+        self.memory - self.reserve - self.home - self.shm
+    }
+
+    /// The largest `/tmp` that fits, in whole MiB.
+    pub fn largest_tmp(&self) -> i64 {
+        (self.for_tmp() / 2 / MIB * MIB).max(MIB)
+    }
+
+    /// `/tmp` when `--tmp-size` is `auto`: [`DEFAULT_TMP`], or less to fit.
+    pub fn auto_tmp(&self) -> i64 {
+        self.largest_tmp().min(DEFAULT_TMP)
+    }
+
+    /// Whether a `/tmp` of `tmp` bytes (and as much for the harness) fits.
+    pub fn fits(&self, tmp: i64) -> bool {
+        tmp.checked_mul(2).is_some_and(|both| both <= self.for_tmp())
+    }
+
+    /// The smallest memory limit under which a `/tmp` of `tmp` bytes fits, in whole MiB (and at
+    /// least [`MIN_MEMORY`]).
+    pub fn memory_for(tmp: i64) -> i64 {
+        if tmp > i64::MAX / 8 {
+            return i64::MAX;
+        }
+        let fits = |mib: i64| MemoryBudget::new(mib * MIB).fits(tmp);
+        // An upper bound: the reserve is a quarter (above 256 MiB) or 64 MiB, HOME and /dev/shm
+        // 64 MiB or less; then a little rounding.
+        let mut high = (2 * tmp + 192 * MIB).max((2 * tmp + 128 * MIB) / 3 * 4) / MIB + 16;
+        if !fits(high) {
+            return high * MIB;
+        }
+        // Binary search: `low` never fits (below the minimum counts as not fitting).
+        let mut low = MIN_MEMORY / MIB - 1;
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            if fits(mid) {
+                high = mid;
+            } else {
+                low = mid;
+            }
+        }
+        high * MIB
     }
 }
 
@@ -85,6 +180,12 @@ pub enum MainProcess {
 /// starts the sandbox again in keep-alive mode.
 const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-python; exit 3; }; \
                     exec python3 -I -S -c \"$1\"";
+
+/// No setuid gains, and agentbox's seccomp profile (the engine's default without vsock and
+/// io_uring; see `seccomp.rs`) instead of the engine's own.
+fn security_opts() -> Vec<String> {
+    vec!["no-new-privileges".into(), super::seccomp::security_opt()]
+}
 
 /// How the project reaches `/workspace`.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,7 +275,7 @@ impl SandboxSpec {
                 network_mode: Some("none".into()),
                 cap_drop: Some(vec!["ALL".into()]),
                 cap_add: Some(vec!["CHOWN".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
+                security_opt: Some(security_opts()),
                 readonly_rootfs: Some(true),
                 mounts: Some(vec![Mount {
                     target: Some(WORKSPACE.to_string()),
@@ -212,7 +313,7 @@ impl SandboxSpec {
                 "/tmp".to_string(),
                 tmpfs_opts(self.limits.tmp_bytes, false, "1777"),
             ),
-            (HOME.to_string(), tmpfs_opts(64 << 20, true, "0700")),
+            (HOME.to_string(), tmpfs_opts(self.limits.home_bytes, true, "0700")),
             (
                 HARNESS_DIR.to_string(),
                 tmpfs_opts(self.limits.tmp_bytes, true, "0700"),
@@ -266,7 +367,7 @@ impl SandboxSpec {
             mounts: Some(mounts),
             tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(security_opts()),
             readonly_rootfs: Some(true),
             privileged: Some(false),
             // As PID 1 the executor reaps zombies itself; docker-init does it for the keep-alive.
@@ -284,6 +385,17 @@ impl SandboxSpec {
                 ulimit("core", 0),
             ]),
             ipc_mode: Some("private".into()),
+            // /dev/shm is a tmpfs too: part of the memory budget.
+            shm_size: Some(self.limits.shm_bytes),
+            // System V IPC objects outlive their processes and are charged to the container:
+            // like a tmpfs, memory no process holds. Shared memory segments go with their last
+            // user; message queues (at most 32 x 16 KiB of text) and semaphores (32000) are
+            // bounded to a few MiB. The kernel's defaults allow gigabytes.
+            sysctls: Some(HashMap::from([
+                ("kernel.shm_rmid_forced".to_string(), "1".to_string()),
+                ("kernel.msgmni".to_string(), "32".to_string()),
+                ("kernel.sem".to_string(), "250 32000 32 128".to_string()),
+            ])),
             // If the host runs short of memory, the sandbox goes first.
             oom_score_adj: Some(500),
             // The daemon removes the container as soon as it stops: when our attach connection
@@ -385,7 +497,10 @@ mod tests {
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
-        assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        let opts = hc.security_opt.clone().unwrap();
+        assert_eq!(opts[0], "no-new-privileges");
+        assert_eq!(opts[1], super::super::seccomp::security_opt());
+        assert_eq!(opts.len(), 2);
         assert_eq!(hc.readonly_rootfs, Some(true));
         assert_eq!(hc.init, Some(false), "the executor is PID 1 and reaps");
         assert_eq!(
@@ -419,6 +534,64 @@ mod tests {
                 .iter()
                 .all(|e| !e.contains("KEY") && !e.contains("TOKEN"))
         );
+    }
+
+    #[test]
+    fn files_in_memory_always_leave_room_for_processes() {
+        for memory in [128 << 20, 256 << 20, 1 << 30, 2 << 30, 16i64 << 30] {
+            let b = MemoryBudget::new(memory);
+            let tmp = b.auto_tmp();
+            assert!(b.fits(tmp), "{memory}: auto /tmp {tmp} does not fit");
+            let files = 2 * tmp + b.home + b.shm;
+            assert!(
+                files + b.reserve <= memory && b.reserve >= MIN_RESERVE,
+                "{memory}: {files} in files leaves less than {} for processes",
+                b.reserve
+            );
+        }
+        // The defaults, as before the budget: 512 MiB /tmp, 64 MiB HOME, under 2 GiB.
+        let d = Limits::default();
+        assert_eq!(
+            (d.tmp_bytes, d.home_bytes, d.shm_bytes),
+            (512 << 20, 64 << 20, 64 << 20)
+        );
+        // A small limit shrinks everything.
+        let small = MemoryBudget::new(256 << 20);
+        assert_eq!(
+            (small.auto_tmp(), small.home, small.reserve),
+            (72 << 20, 24 << 20, 64 << 20)
+        );
+        assert!(!small.fits(512 << 20));
+    }
+
+    #[test]
+    fn the_memory_a_tmp_size_needs_is_the_least_that_fits() {
+        for mib in (1..=4096).step_by(7) {
+            let tmp = mib << 20;
+            let memory = MemoryBudget::memory_for(tmp);
+            assert!(MemoryBudget::new(memory).fits(tmp), "{mib} MiB");
+            assert!(
+                memory == MIN_MEMORY || !MemoryBudget::new(memory - (1 << 20)).fits(tmp),
+                "{mib} MiB: {memory} is not the least"
+            );
+        }
+        assert_eq!(MemoryBudget::memory_for(512 << 20), 1536 << 20);
+        assert_eq!(MemoryBudget::memory_for(i64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn in_memory_filesystems_and_ipc_are_bounded() {
+        let hc = spec().create_body(MainProcess::Executor).host_config.unwrap();
+        let tmpfs = hc.tmpfs.unwrap();
+        let l = Limits::default();
+        assert!(tmpfs[HOME].contains(&format!("size={}", l.home_bytes)));
+        assert!(tmpfs[HARNESS_DIR].contains(&format!("size={}", l.tmp_bytes)));
+        assert_eq!(tmpfs.len(), 3);
+        assert_eq!(hc.shm_size, Some(l.shm_bytes));
+        let sysctls = hc.sysctls.unwrap();
+        assert_eq!(sysctls["kernel.shm_rmid_forced"], "1");
+        assert_eq!(sysctls["kernel.msgmni"], "32");
+        assert!(sysctls["kernel.sem"].starts_with("250 32000 "));
     }
 
     #[test]
