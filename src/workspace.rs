@@ -9,52 +9,53 @@
 use std::time::Duration;
 
 use crate::project::skipped_dirs;
+use crate::sandbox::fsop::{self, FsStatus};
 use crate::sandbox::{Captured, ExecOutput, ExecRequest, NativeOp, Sandbox, SandboxError, WORKSPACE};
 
 /// Resolve `$1` inside the container and refuse anything outside the workspace. Leaves the
 /// absolute path in `$p` and the path relative to the workspace in `$rel` (`.` for the root).
 const RESOLVE: &str = r#"set -u
-cd /workspace || exit 90
+cd /workspace || exit $E_CANNOT_RESOLVE
 # The x keeps a trailing newline of the name from being eaten by $( ).
-p=$(realpath -m -- "$1" 2>/dev/null && printf x) || exit 90
+p=$(realpath -m -- "$1" 2>/dev/null && printf x) || exit $E_CANNOT_RESOLVE
 p=${p%?x}
 case "$p" in
   /workspace) rel=. ;;
   /workspace/*) rel=${p#/workspace/} ;;
-  *) printf '%s' "$p" >&2; exit 91 ;;
+  *) printf '%s' "$p" >&2; exit $E_OUTSIDE ;;
 esac
 "#;
 
-const READ: &str = r#"[ -e "$p" ] || exit 92
-[ -d "$p" ] && exit 93
-[ -f "$p" ] || exit 94
-[ -r "$p" ] || exit 95
+const READ: &str = r#"[ -e "$p" ] || exit $E_NOT_FOUND
+[ -d "$p" ] && exit $E_IS_DIRECTORY
+[ -f "$p" ] || exit $E_NOT_REGULAR
+[ -r "$p" ] || exit $E_PERMISSION_DENIED
 stat -c '%s' -- "$p" >&2
 exec head -c "$2" -- "$p"
 "#;
 
 /// Atomic: write a temporary file next to the target, then rename over it.
-const WRITE: &str = r#"case "$p" in /workspace/.git|/workspace/.git/*) echo "the project's .git is read-only in the sandbox" >&2; exit 97 ;; esac
+const WRITE: &str = r#"case "$p" in /workspace/.git|/workspace/.git/*) echo "the project's .git is read-only in the sandbox" >&2; exit $E_FAILED ;; esac
 d=${p%/*}
 if [ "$2" = create ]; then
-  if [ -e "$p" ] || [ -L "$p" ]; then exit 96; fi
-  mkdir -p -- "$d" || exit 97
+  if [ -e "$p" ] || [ -L "$p" ]; then exit $E_EXISTS; fi
+  mkdir -p -- "$d" || exit $E_FAILED
   mode=$(printf '%o' $(( 0666 & ~0$(umask) )))
 else
-  [ -e "$p" ] || exit 92
-  [ -d "$p" ] && exit 93
-  [ -f "$p" ] || exit 94
-  [ -w "$p" ] || exit 95
-  mode=$(stat -c '%a' -- "$p") || exit 97
+  [ -e "$p" ] || exit $E_NOT_FOUND
+  [ -d "$p" ] && exit $E_IS_DIRECTORY
+  [ -f "$p" ] || exit $E_NOT_REGULAR
+  [ -w "$p" ] || exit $E_PERMISSION_DENIED
+  mode=$(stat -c '%a' -- "$p") || exit $E_FAILED
 fi
-t=$(mktemp -- "$d/.agentbox-XXXXXXXX") || exit 97
-if ! cat > "$t"; then rm -f -- "$t"; exit 97; fi
-chmod "$mode" -- "$t" || { rm -f -- "$t"; exit 97; }
-mv -f -- "$t" "$p" || { rm -f -- "$t"; exit 97; }
+t=$(mktemp -- "$d/.agentbox-XXXXXXXX") || exit $E_FAILED
+if ! cat > "$t"; then rm -f -- "$t"; exit $E_FAILED; fi
+chmod "$mode" -- "$t" || { rm -f -- "$t"; exit $E_FAILED; }
+mv -f -- "$t" "$p" || { rm -f -- "$t"; exit $E_FAILED; }
 "#;
 
 /// rg (respects .gitignore) when present, else find. Total count on stderr as `total=N`.
-const LIST: &str = r#"[ -e "$p" ] || exit 92
+const LIST: &str = r#"[ -e "$p" ] || exit $E_NOT_FOUND
 [ -d "$p" ] || { printf '%s\n' "$rel"; echo "total=1" >&2; exit 0; }
 if command -v rg >/dev/null 2>&1; then
   set -- "$2" "$rel"
@@ -68,8 +69,8 @@ else
 fi
 "#;
 
-const SEARCH: &str = r#"[ -e "$p" ] || exit 92
-command -v rg >/dev/null 2>&1 || { echo "ripgrep (rg) is not installed in the sandbox image" >&2; exit 99; }
+const SEARCH: &str = r#"[ -e "$p" ] || exit $E_NOT_FOUND
+command -v rg >/dev/null 2>&1 || { echo "ripgrep (rg) is not installed in the sandbox image" >&2; exit $E_NO_RIPGREP; }
 max=$3
 if [ "$rel" = . ]; then set -- "$2"; else set -- "$2" -- "$rel"; fi
 { rg --line-number --no-heading --with-filename --color never --hidden --no-require-git \
@@ -186,7 +187,7 @@ impl<'a> Workspace<'a> {
         head: usize,
     ) -> Result<ExecOutput, FsError> {
         check_path(path)?;
-        let script = format!("{RESOLVE}{body}")
+        let script = format!("{}{RESOLVE}{body}", fsop::shell_preamble())
             .replace("$GLOBS", &globs())
             .replace("$PRUNE", &prune());
         let mut argv = vec![
@@ -218,25 +219,26 @@ impl<'a> Workspace<'a> {
                 message: "the file operation timed out".into(),
             });
         }
-        match out.exit_code {
-            90 => Err(FsError::InvalidPath {
+        match FsStatus::from_code(out.exit_code) {
+            Some(FsStatus::CannotResolve) => Err(FsError::InvalidPath {
                 path: p,
                 reason: "cannot be resolved",
             }),
-            91 => Err(FsError::Outside {
+            Some(FsStatus::Outside) => Err(FsError::Outside {
                 path: p,
                 resolved: stderr.trim().to_string(),
             }),
-            92 => Err(FsError::NotFound(p)),
-            93 => Err(FsError::IsDirectory(p)),
-            94 => Err(FsError::NotRegular(p)),
-            95 => Err(FsError::PermissionDenied(p)),
-            96 => Err(FsError::Exists(p)),
-            97 => Err(FsError::Failed {
+            Some(FsStatus::NotFound) => Err(FsError::NotFound(p)),
+            Some(FsStatus::IsDirectory) => Err(FsError::IsDirectory(p)),
+            Some(FsStatus::NotRegular) => Err(FsError::NotRegular(p)),
+            Some(FsStatus::PermissionDenied) => Err(FsError::PermissionDenied(p)),
+            Some(FsStatus::Exists) => Err(FsError::Exists(p)),
+            Some(FsStatus::Failed) => Err(FsError::Failed {
                 path: p,
                 message: last_line(&stderr, "write failed"),
             }),
-            _ => Ok(out),
+            // The search says itself what it is missing.
+            Some(FsStatus::NoRipgrep) | None => Ok(out),
         }
     }
 
@@ -305,7 +307,7 @@ impl<'a> Workspace<'a> {
         let out = self
             .script(SEARCH, None, path, &[pattern, &max.to_string()], None, 4 << 20)
             .await?;
-        if out.exit_code == 99 {
+        if FsStatus::from_code(out.exit_code) == Some(FsStatus::NoRipgrep) {
             return Err(FsError::Failed {
                 path: path.into(),
                 message: out.stderr.to_text().trim().to_string(),

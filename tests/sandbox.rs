@@ -492,3 +492,111 @@ async fn per_call_mode_sweeps_even_when_a_command_kills_its_wrapper() {
     );
     sb.shutdown().await.unwrap();
 }
+
+/// One file operation's outcome, comparable across the executor and the shell scripts: the
+/// error (by kind) or what was read, and afterwards what the file holds and its mode.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Read(Vec<u8>, u64),
+    Done,
+    Error(String),
+}
+
+fn seen<T>(r: Result<T, FsError>, ok: impl FnOnce(T) -> Seen) -> Seen {
+    match r {
+        Ok(v) => ok(v),
+        // The variant, not the message: the shell's wording of a failure may differ.
+        Err(e) => Seen::Error(
+            format!("{e:?}")
+                .split(['(', ' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        ),
+    }
+}
+
+/// Every file operation, done by the executor natively and by the shell scripts (one exec per
+/// call), gives the same result and leaves the same file with the same mode.
+#[tokio::test]
+async fn the_executor_and_the_shell_scripts_agree_on_every_file_operation() {
+    let files = [("tool.sh", "#!/bin/sh\n"), ("a.txt", "hello\n"), ("dir/x", "x")];
+    let mut results = Vec::new();
+    for per_call in [false, true] {
+        let project = Project::new(&files);
+        std::fs::set_permissions(project.file("tool.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        project.git_init();
+        let mut cfg = config();
+        cfg.per_call_exec = per_call;
+        let sb = sandbox_with(&project, &cfg).await;
+        assert_eq!(sb.info().exec_mode == ExecMode::PerCall, per_call);
+        stdout_of(
+            &sb,
+            "mkfifo pipe; ln -s /etc/passwd out; ln -s a.txt in; ln -s loop loop",
+        )
+        .await;
+        let ws = Workspace::new(&sb);
+        let mut r = Vec::new();
+        for path in ["a.txt", "in", "missing", "dir", "pipe", "out", "../x", "loop"] {
+            r.push((
+                format!("read {path}"),
+                seen(ws.read(path, 3).await, |b| Seen::Read(b.data, b.size)),
+            ));
+        }
+        for (path, data) in [
+            ("tool.sh", "#!/bin/sh\necho new\n"),
+            ("missing", "x"),
+            ("dir", "x"),
+            (".git/config", "x"),
+            ("out", "x"),
+        ] {
+            r.push((
+                format!("replace {path}"),
+                seen(ws.replace(path, data.into()).await, |_| Seen::Done),
+            ));
+        }
+        for (path, data) in [
+            ("a.txt", "x"),
+            ("new/deep/file.txt", "made\n"),
+            ("in", "x"),
+            (".git/hooks/x", "x"),
+        ] {
+            r.push((
+                format!("create {path}"),
+                seen(ws.create(path, data.into()).await, |_| Seen::Done),
+            ));
+        }
+        sb.shutdown().await.unwrap();
+        let _ = sb.check_host();
+        for path in ["tool.sh", "new/deep/file.txt", "a.txt"] {
+            let meta = std::fs::metadata(project.file(path)).unwrap();
+            r.push((
+                format!("after: {path}"),
+                Seen::Read(
+                    std::fs::read(project.file(path)).unwrap(),
+                    (meta.mode() & 0o7777) as u64,
+                ),
+            ));
+        }
+        results.push(r);
+    }
+    let (native, shell) = (&results[0], &results[1]);
+    for (n, s) in native.iter().zip(shell) {
+        assert_eq!(n, s, "the executor and the shell scripts disagree");
+    }
+    // And the outcomes are the ones the contract names.
+    let by_name: std::collections::HashMap<&str, &Seen> =
+        native.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    assert_eq!(by_name["read a.txt"], &Seen::Read(b"hel".to_vec(), 6));
+    assert_eq!(by_name["read missing"], &Seen::Error("NotFound".into()));
+    assert_eq!(by_name["read dir"], &Seen::Error("IsDirectory".into()));
+    assert_eq!(by_name["read pipe"], &Seen::Error("NotRegular".into()));
+    assert_eq!(by_name["read out"], &Seen::Error("Outside".into()));
+    assert_eq!(by_name["create a.txt"], &Seen::Error("Exists".into()));
+    assert_eq!(by_name["create new/deep/file.txt"], &Seen::Done);
+    assert_eq!(
+        by_name["after: tool.sh"],
+        &Seen::Read(b"#!/bin/sh\necho new\n".to_vec(), 0o755),
+        "mode kept"
+    );
+}

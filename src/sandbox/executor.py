@@ -246,9 +246,9 @@ def resolve(path):
         full = os.path.realpath(os.path.join("/workspace", path))
     except (OSError, ValueError, RecursionError):
         # A link chain deep enough to exhaust the resolver, or a name the OS refuses.
-        return None, result(90)
+        return None, result(E_CANNOT_RESOLVE)
     if full != "/workspace" and not full.startswith("/workspace/"):
-        return None, result(91, err=full.encode())
+        return None, result(E_OUTSIDE, err=full.encode())
     return full, None
 
 
@@ -270,21 +270,21 @@ def native_read(path, limit):
     if bad:
         return bad
     if not os.path.exists(p):
-        return result(92)
+        return result(E_NOT_FOUND)
     if os.path.isdir(p):
-        return result(93)
+        return result(E_IS_DIRECTORY)
     if not os.path.isfile(p):
-        return result(94)
+        return result(E_NOT_REGULAR)
     if not os.access(p, os.R_OK):
-        return result(95)
+        return result(E_PERMISSION_DENIED)
     try:
         size = os.stat(p).st_size
         with open(p, "rb") as f:
             data = f.read(int(limit))
     except PermissionError:
-        return result(95)
+        return result(E_PERMISSION_DENIED)
     except OSError as e:
-        return result(97, err=(e.strerror or str(e)).encode())
+        return result(E_FAILED, err=(e.strerror or str(e)).encode())
     return result(0, out=data, err=f"{size}\n".encode())
 
 
@@ -295,27 +295,27 @@ def native_write(path, mode, data):
     if bad:
         return bad
     if p == "/workspace/.git" or p.startswith("/workspace/.git/"):
-        return result(97, err=b"the project's .git is read-only in the sandbox")
+        return result(E_FAILED, err=b"the project's .git is read-only in the sandbox")
     d = os.path.dirname(p)
     if mode == "create":
         if os.path.lexists(p):
-            return result(96)
+            return result(E_EXISTS)
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
-            return result(97, err=(e.strerror or str(e)).encode())
+            return result(E_FAILED, err=(e.strerror or str(e)).encode())
         umask = os.umask(0)
         os.umask(umask)
         perm = 0o666 & ~umask
     else:
         if not os.path.exists(p):
-            return result(92)
+            return result(E_NOT_FOUND)
         if os.path.isdir(p):
-            return result(93)
+            return result(E_IS_DIRECTORY)
         if not os.path.isfile(p):
-            return result(94)
+            return result(E_NOT_REGULAR)
         if not os.access(p, os.W_OK):
-            return result(95)
+            return result(E_PERMISSION_DENIED)
         perm = os.stat(p).st_mode & 0o7777
     tmp = None
     try:
@@ -340,7 +340,7 @@ def native_write(path, mode, data):
                 os.unlink(tmp)
             except OSError:
                 pass
-        return result(97, err=(e.strerror or str(e)).encode())
+        return result(E_FAILED, err=(e.strerror or str(e)).encode())
     return result(0)
 
 

@@ -19,6 +19,11 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::{Captured, ExecOutput, ExecRequest, SandboxError};
 
 pub const SOURCE: &str = include_str!("executor.py");
+
+/// What the container runs: the file-operation statuses (see `fsop`), then the executor.
+pub fn source() -> String {
+    format!("{}{SOURCE}", super::fsop::python_preamble())
+}
 const PROTOCOL: u64 = 1;
 /// Largest frame we accept from the executor. Responses carry capped output, so anything near
 /// this is a bug or a forgery, not data.

@@ -7,6 +7,7 @@
 mod capture;
 mod docker;
 pub(crate) mod executor;
+pub mod fsop;
 pub mod gc;
 pub mod hostscan;
 mod policy;

@@ -416,7 +416,7 @@ impl SandboxSpec {
                     "-c".into(),
                     BOOT.into(),
                     "agentbox-executor".into(),
-                    super::executor::SOURCE.into(),
+                    super::executor::source(),
                 ],
                 self.user(),
             ),
@@ -493,7 +493,7 @@ mod tests {
             Some("1000:1000"),
             "the executor runs as the project owner"
         );
-        assert_eq!(body.cmd.as_ref().unwrap()[4], crate::sandbox::executor::SOURCE);
+        assert_eq!(body.cmd.as_ref().unwrap()[4], crate::sandbox::executor::source());
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
