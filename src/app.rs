@@ -8,7 +8,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{Cli, Command};
 use crate::config::UsageError;
-use crate::sandbox::remove_live_containers;
+use crate::sandbox::Cleanup;
 
 /// Exit status when agentbox itself fails (not the command or the agent): Docker's `run`
 /// uses 125 for the same thing.
@@ -66,7 +66,9 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let error_code = error_code_for(&cli.command);
-    let mut task = tokio::spawn(dispatch(cli.command));
+    // The one owner of what the run must not leave behind; every command gets a handle.
+    let cleanup = Cleanup::default();
+    let mut task = tokio::spawn(dispatch(cli.command, cleanup.clone()));
     let code = tokio::select! {
         joined = &mut task => match joined {
             Ok(Ok(code)) => code,
@@ -80,10 +82,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
         _ = sigint.recv() => interrupted(&mut task, "SIGINT", 130).await,
         _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
     };
-    remove_live_containers().await;
-    // A session cut short did not get to check its project for planted git metadata.
-    for w in crate::sandbox::hostscan::finish_pending() {
-        errln!("agentbox: WARNING: {w}");
+    // After a normal end nothing is left; after an interruption or a panic: the containers and
+    // volumes, then the host check of a session cut short (planted git metadata).
+    for w in cleanup.run().await {
+        errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
     }
     code
 }
@@ -95,8 +97,7 @@ async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, nam
     // either edited or not.
     task.abort();
     let _ = task.await;
-    // An `--apply` in progress finishes: the project gets all of the changes or none.
-    let _ = tokio::task::spawn_blocking(crate::isolate::wait_for_apply).await;
+    // An `--apply` in progress finishes before cleanup goes on (see `Cleanup::run`).
     code
 }
 
@@ -119,14 +120,14 @@ fn report_error(err: &anyhow::Error, code: u8) -> u8 {
     }
 }
 
-async fn dispatch(command: Command) -> anyhow::Result<u8> {
+async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
     match command {
-        Command::Run(args) => crate::commands::run::run(args).await,
-        Command::Chat(args) => crate::commands::chat::run(args).await,
-        Command::Demo(args) => crate::commands::demo::run(args).await,
-        Command::Eval(args) => crate::commands::eval::run(args).await,
-        Command::Exec(args) => crate::commands::exec::run(args).await,
-        Command::Doctor(args) => crate::commands::doctor::run(args).await,
+        Command::Run(args) => crate::commands::run::run(args, cleanup).await,
+        Command::Chat(args) => crate::commands::chat::run(args, cleanup).await,
+        Command::Demo(args) => crate::commands::demo::run(args, cleanup).await,
+        Command::Eval(args) => crate::commands::eval::run(args, cleanup).await,
+        Command::Exec(args) => crate::commands::exec::run(args, cleanup).await,
+        Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
         Command::Image(cmd) => crate::commands::image::run(cmd).await,
     }

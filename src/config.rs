@@ -24,6 +24,8 @@ pub struct SandboxConfig {
     pub limits: Limits,
     pub runtime: Option<String>,
     pub per_call_exec: bool,
+    /// The run's cleanup owner (from `app.rs`), handed to every sandbox this config starts.
+    pub cleanup: crate::sandbox::Cleanup,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -97,6 +99,7 @@ impl SandboxConfig {
             limits,
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
             per_call_exec: args.per_call_exec,
+            cleanup: Default::default(),
         })
     }
 
@@ -122,6 +125,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            cleanup: self.cleanup.clone(),
         })
     }
 
@@ -138,6 +142,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            cleanup: self.cleanup.clone(),
         })
     }
 }

@@ -8,14 +8,16 @@ use crate::config::AgentSettings;
 use crate::events::{Event, EventSink, for_terminal};
 use crate::model::Message;
 use crate::report::exit;
+use crate::sandbox::Cleanup;
 use crate::session::{Session, event_sinks, run_tests_now};
 
 const HELP: &str = "Type a request for the agent. Commands: /diff (what changed), /tests (run the tests), \
                     /exit (or Ctrl-D) to end.";
 
-pub async fn run(args: ChatArgs) -> anyhow::Result<u8> {
+pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
-    let settings = AgentSettings::from_args(&args.agent, &args.session)?;
+    let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
+    settings.sandbox.cleanup = cleanup;
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
     errln!("{HELP}");

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::cli::{DemoArgs, Provider};
 use crate::config::{AgentSettings, UsageError};
+use crate::sandbox::Cleanup;
 
 use super::run::{DEFAULT_TASK, print_report, run_task};
 
@@ -19,7 +20,7 @@ const FILES: &[(&str, &str)] = &[
 ];
 const SCRIPT: &str = include_str!("../../examples/demo.script.json");
 
-pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
+pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let keys = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"]
         .iter()
         .any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
@@ -39,7 +40,8 @@ pub async fn run(mut args: DemoArgs) -> anyhow::Result<u8> {
              and the final test run are all real.\n"
         );
     }
-    let settings = AgentSettings::from_args(&args.agent, &args.session)?;
+    let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
+    settings.sandbox.cleanup = cleanup;
 
     let temp = tempfile::Builder::new().prefix("agentbox-demo-").tempdir()?;
     let dir: PathBuf = match &args.dir {

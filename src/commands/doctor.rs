@@ -10,6 +10,7 @@ use bollard::Docker;
 use crate::cli::DoctorArgs;
 use crate::config::SandboxConfig;
 use crate::image::{KnownImage, image_exists, which};
+use crate::sandbox::Cleanup;
 use crate::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker, docker_endpoint, gc};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -40,8 +41,9 @@ impl Report {
     }
 }
 
-pub async fn run(args: DoctorArgs) -> anyhow::Result<u8> {
-    let cfg = SandboxConfig::from_args(&args.sandbox)?;
+pub async fn run(args: DoctorArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
+    cfg.cleanup = cleanup;
     let mut r = Report { problems: 0 };
 
     let endpoint = docker_endpoint();

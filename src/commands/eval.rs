@@ -9,6 +9,7 @@ use crate::config::{AgentSettings, UsageError};
 use crate::eval::{self, OutDir, ResultLog, TaskResult};
 use crate::events::{StatusLine, for_terminal};
 use crate::image::{ensure_image, stderr_progress};
+use crate::sandbox::Cleanup;
 use crate::sandbox::connect_docker;
 
 #[derive(Default)]
@@ -52,8 +53,9 @@ fn task_line(result: &TaskResult) -> String {
     ))
 }
 
-pub async fn run(args: EvalArgs) -> anyhow::Result<u8> {
-    let base = AgentSettings::resolve(&args.agent, true)?;
+pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    let mut base = AgentSettings::resolve(&args.agent, true)?;
+    base.sandbox.cleanup = cleanup;
     let mut tasks = eval::discover(&args.tasks_dir)?;
     if !args.tasks.is_empty() {
         let unknown: Vec<&String> = args

@@ -4,13 +4,15 @@ use std::io::Write;
 
 use crate::cli::ExecArgs;
 use crate::config::{SandboxConfig, UsageError};
+use crate::sandbox::Cleanup;
 use crate::sandbox::{ExecRequest, Sandbox, parse_size};
 
 /// timeout(1)'s status for a command that ran out of time.
 pub const EXIT_TIMED_OUT: u8 = 124;
 
-pub async fn run(args: ExecArgs) -> anyhow::Result<u8> {
-    let cfg = SandboxConfig::from_args(&args.sandbox)?;
+pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
+    cfg.cleanup = cleanup;
     let limit =
         parse_size(&args.output_limit).map_err(|e| UsageError(format!("--output-limit: {e}")))? as usize;
     if limit > 16 << 20 {

@@ -6,13 +6,15 @@ use crate::cli::RunArgs;
 use crate::config::{AgentSettings, IsolateSettings};
 use crate::events::{Event, EventSink, Redactor, for_terminal};
 use crate::report::Report;
+use crate::sandbox::Cleanup;
 use crate::session::{Session, event_sinks};
 
 pub const DEFAULT_TASK: &str = "The test suite is failing. Find out why and fix the code.";
 
-pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
+    settings.sandbox.cleanup = cleanup;
     if args.isolate {
         settings.isolate = Some(IsolateSettings {
             exclude: Vec::new(),

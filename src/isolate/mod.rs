@@ -326,16 +326,6 @@ pub struct Applied {
     pub deleted: Vec<String>,
 }
 
-/// Held while an apply renames files, so an interruption waits for it to finish (see
-/// [`wait_for_apply`]): a half-applied change set is what `--apply` promises never to leave.
-/// Nothing done while it is held can block: no FIFO or device is ever opened.
-static APPLYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Block until no apply is in progress (the interruption path calls this before exiting).
-pub fn wait_for_apply() {
-    drop(APPLYING.lock());
-}
-
 fn tmp_name(dir: &Path, what: &str) -> PathBuf {
     dir.join(format!(
         ".agentbox-{what}-{}",
@@ -490,7 +480,9 @@ fn make_dirs(project: &Path, rel: &RelPath, owner: Owner, made: &mut Vec<PathBuf
     Ok(())
 }
 
-/// Apply a changeset to the host project, all or nothing: [`check`] every path, stage every
+/// Apply a changeset to the host project, all or nothing (the caller holds the run's critical
+/// section, so an interruption waits for it; nothing done here can block: no FIFO or device is
+/// ever opened): [`check`] every path, stage every
 /// new file next to its target (owned as the file it replaces, or as the project), move the
 /// originals aside, rename the new ones in. Any failure puts everything back.
 pub fn apply(
@@ -498,7 +490,6 @@ pub fn apply(
     manifest: &Manifest,
     changes: &[(Change, Option<Content>)],
 ) -> Result<Applied, IsolateError> {
-    let _applying = APPLYING.lock().unwrap_or_else(|e| e.into_inner());
     let project_owner = std::fs::symlink_metadata(project)
         .map(|m| Owner::of(&m))
         .map_err(|source| IsolateError::Read {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,7 +21,9 @@ use tokio::io::AsyncWriteExt;
 use tracing::{Instrument, debug, info_span};
 
 use super::capture::HeadTail;
+use super::cleanup::{Cleanup, Registration, Resource};
 use super::executor::Executor;
+use super::hostscan::HostGuard;
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
 use super::{Captured, ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
 
@@ -104,43 +106,9 @@ pub(super) fn container_error(container: &str, context: &str, e: BollardError) -
     }
 }
 
-/// Containers this process created and has not yet removed: what Ctrl-C, SIGTERM and a panic
-/// must clean up. The keep-alive link removes them even if we die, this removes them promptly.
-fn live() -> &'static Mutex<HashMap<String, (Docker, String)>> {
-    static LIVE: OnceLock<Mutex<HashMap<String, (Docker, String)>>> = OnceLock::new();
-    LIVE.get_or_init(Default::default)
-}
-
-/// Set once this process asks Docker to create a container or volume.
-static CREATED_ANY: AtomicBool = AtomicBool::new(false);
-
-/// Names of containers (`false`) and volumes (`true`) whose create request was sent but whose
-/// answer has not been seen: if Ctrl-C drops the request's future, the daemon may still create
-/// it, and cleanup must find it by name.
-fn pending() -> &'static Mutex<Vec<(bool, String, Docker)>> {
-    static PENDING: OnceLock<Mutex<Vec<(bool, String, Docker)>>> = OnceLock::new();
-    PENDING.get_or_init(Default::default)
-}
-
-/// Record a create request about to be sent; `created` is called once its answer is in.
-fn creating(docker: &Docker, volume: bool, name: &str) {
-    CREATED_ANY.store(true, Ordering::Relaxed);
-    pending()
-        .lock()
-        .expect("pending lock")
-        .push((volume, name.to_string(), docker.clone()));
-}
-
-fn created(volume: bool, name: &str) {
-    pending()
-        .lock()
-        .expect("pending lock")
-        .retain(|(v, n, _)| !(*v == volume && n == name));
-}
-
 /// Remove a container or volume that may not exist yet (its create request was in flight):
 /// retry on "no such" for a few seconds.
-async fn remove_when_it_appears(docker: &Docker, volume: bool, name: &str) {
+pub(super) async fn remove_when_it_appears(docker: &Docker, volume: bool, name: &str) {
     for _ in 0..15 {
         let r = if volume {
             let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
@@ -163,48 +131,7 @@ async fn remove_when_it_appears(docker: &Docker, volume: bool, name: &str) {
     }
 }
 
-/// Volumes of `--isolate` sessions this process has not yet removed.
-fn live_volumes() -> &'static Mutex<HashMap<String, Docker>> {
-    static LIVE: OnceLock<Mutex<HashMap<String, Docker>>> = OnceLock::new();
-    LIVE.get_or_init(Default::default)
-}
-
-/// Remove every container (then volume) this process still has. Called on every exit path of
-/// `main`; on a normal exit there are none left, after an interruption or a panic there may be.
-pub async fn remove_live_containers() {
-    let all: Vec<(String, (Docker, String))> = live().lock().expect("live lock").drain().collect();
-    for (id, (docker, user)) in all {
-        tidy(&docker, &id, &user).await;
-        remove_container(&docker, &id).await;
-    }
-    let unanswered: Vec<(bool, String, Docker)> = pending().lock().expect("pending lock").drain(..).collect();
-    for (volume, name, docker) in unanswered.iter().filter(|(v, _, _)| !v) {
-        remove_when_it_appears(docker, *volume, name).await;
-    }
-    let volumes: Vec<(String, Docker)> = live_volumes().lock().expect("live lock").drain().collect();
-    let docker = volumes.first().map(|(_, d)| d.clone());
-    for (volume, name, docker) in unanswered.iter().filter(|(v, _, _)| *v) {
-        remove_when_it_appears(docker, *volume, name).await;
-    }
-    for (name, docker) in volumes {
-        remove_volume(&docker, &name).await;
-    }
-    // A create request still in flight when we were interrupted can finish on the daemon's
-    // side after we stopped listening for its answer: sweep by our own labels as well (only if
-    // this process ever created anything, so other commands exit without a Docker round trip).
-    if !CREATED_ANY.load(Ordering::Relaxed) {
-        return;
-    }
-    let docker = match docker {
-        Some(d) => Some(d),
-        None => connect_docker().await.ok(),
-    };
-    if let Some(docker) = docker {
-        let _ = super::gc::remove_owned_by_this_process(&docker).await;
-    }
-}
-
-async fn remove_volume(docker: &Docker, name: &str) {
+pub(super) async fn remove_volume(docker: &Docker, name: &str) {
     let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
         .force(true)
         .build();
@@ -226,9 +153,9 @@ async fn remove_volume(docker: &Docker, name: &str) {
     );
 }
 
-/// Create a container of `spec`'s image named `name`, tracked from the moment its create request
-/// is sent (`pending`) and, once answered, in `live` with the user cleanup runs as: no
-/// interruption can leave it behind. A 404 means the image is missing.
+/// Create a container of `spec`'s image named `name`, registered with the run's cleanup from the
+/// moment its create request is sent (by name) and, once answered, as the container with the
+/// user cleanup tidies as: no interruption can leave it behind. A 404 means the image is missing.
 async fn create_tracked(
     docker: &Docker,
     spec: &SandboxSpec,
@@ -236,33 +163,45 @@ async fn create_tracked(
     mut body: bollard::models::ContainerCreateBody,
     what: &'static str,
     user: String,
-) -> Result<String, SandboxError> {
+) -> Result<(String, Registration), SandboxError> {
     if is_podman(docker).await {
         seccomp_as_file(&mut body)?;
     }
-    creating(docker, false, name);
+    let registration = spec.cleanup.register(Resource::Creating {
+        docker: docker.clone(),
+        name: name.to_string(),
+        volume: false,
+    });
     let made = docker
         .create_container(
             Some(CreateContainerOptionsBuilder::default().name(name).build()),
             body,
         )
         .await;
-    // Answered: from here on `live` tracks it (no await in between, so no cancellation).
-    created(false, name);
-    let id = made
-        .map_err(|e| match status_of(&e) {
-            Some(404) => SandboxError::ImageMissing {
-                image: spec.image.clone(),
-                detail: String::new(),
-            },
-            _ => SandboxError::docker(what, e),
-        })?
-        .id;
-    live()
-        .lock()
-        .expect("live lock")
-        .insert(id.clone(), (docker.clone(), user));
-    Ok(id)
+    // Answered (no await from here on, so no cancellation in between).
+    match made {
+        Ok(m) => {
+            spec.cleanup.replace(
+                &registration,
+                Resource::Container {
+                    docker: docker.clone(),
+                    id: m.id.clone(),
+                    user,
+                },
+            );
+            Ok((m.id, registration))
+        }
+        Err(e) => {
+            spec.cleanup.release(registration);
+            Err(match status_of(&e) {
+                Some(404) => SandboxError::ImageMissing {
+                    image: spec.image.clone(),
+                    detail: String::new(),
+                },
+                _ => SandboxError::docker(what, e),
+            })
+        }
+    }
 }
 
 /// Whether the engine is Podman (its Docker-compatible API), asked once per process.
@@ -299,9 +238,9 @@ async fn prepare_volume(
     spec: &SandboxSpec,
     name: &str,
     seed: &Path,
+    volume: &Registration,
 ) -> Result<(), SandboxError> {
     let labels = spec.labels();
-    creating(docker, true, name);
     let made = docker
         .create_volume(bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),
@@ -309,14 +248,16 @@ async fn prepare_volume(
             ..Default::default()
         })
         .await;
-    created(true, name);
     made.map_err(|e| SandboxError::docker("create volume", e))?;
-    live_volumes()
-        .lock()
-        .expect("live lock")
-        .insert(name.to_string(), docker.clone());
+    spec.cleanup.replace(
+        volume,
+        Resource::Volume {
+            docker: docker.clone(),
+            name: name.to_string(),
+        },
+    );
     let seeder_name = format!("{}-seed", spec.container_name());
-    let id = create_tracked(
+    let (id, seeder) = create_tracked(
         docker,
         spec,
         &seeder_name,
@@ -353,15 +294,15 @@ async fn prepare_volume(
         }
     }
     .await;
-    live().lock().expect("live lock").remove(&id);
     remove_container(docker, &id).await;
+    spec.cleanup.release(seeder);
     result
 }
 
 /// Before removing a container whose session was interrupted: stop what runs in it, and delete
 /// the temporary file of an atomic write that was cut short, so the project holds only whole
 /// files. Bounded: an interruption must not hang on a busy daemon.
-async fn tidy(docker: &Docker, id: &str, user: &str) {
+pub(super) async fn tidy(docker: &Docker, id: &str, user: &str) {
     let script = format!(
         "{SWEEP}\nfind /workspace -xdev -name .git -prune -o -type f -name '.agentbox-????????' -print -delete 2>/dev/null"
     );
@@ -389,7 +330,7 @@ async fn tidy(docker: &Docker, id: &str, user: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
 }
 
-async fn remove_container(docker: &Docker, id: &str) {
+pub(super) async fn remove_container(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)
@@ -509,10 +450,14 @@ pub struct DockerSandbox {
     oom_seen: AtomicI64,
     /// When the container was created, in seconds since the epoch: where its events start.
     created_at: u64,
+    /// The run's cleanup, and this container's registration with it (released once removed).
+    cleanup: Cleanup,
+    registration: Mutex<Option<Registration>>,
     /// The `--isolate` volume this sandbox owns and removes.
-    volume: Option<String>,
-    /// A bind-mounted project's state at the start (see `hostscan`).
-    guard: Option<super::hostscan::HostGuard>,
+    volume: Option<(String, Registration)>,
+    /// A bind-mounted project's state at the start (see `hostscan`), registered for the
+    /// after-run check.
+    guard: Mutex<Option<(Arc<HostGuard>, Registration)>>,
 }
 
 impl DockerSandbox {
@@ -523,12 +468,17 @@ impl DockerSandbox {
         async {
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
-                    if let Err(e) = prepare_volume(docker, &spec, name, seed).await {
-                        live_volumes().lock().expect("live lock").remove(name);
+                    let registration = spec.cleanup.register(Resource::Creating {
+                        docker: docker.clone(),
+                        name: name.clone(),
+                        volume: true,
+                    });
+                    if let Err(e) = prepare_volume(docker, &spec, name, seed, &registration).await {
                         remove_volume(docker, name).await;
+                        spec.cleanup.release(registration);
                         return Err(e);
                     }
-                    Some(name.clone())
+                    Some((name.clone(), registration))
                 }
                 WorkspaceSource::Bind { .. } => None,
             };
@@ -551,17 +501,15 @@ impl DockerSandbox {
                         project, baseline, ..
                     } = &spec.workspace
                     {
-                        sb.guard = Some(super::hostscan::HostGuard::start(
-                            project,
-                            baseline.clone(),
-                            &spec.session,
-                        ));
+                        let guard = Arc::new(HostGuard::new(project, baseline.clone(), &spec.session));
+                        let registration = spec.cleanup.register(Resource::HostCheck(guard.clone()));
+                        sb.guard = Mutex::new(Some((guard, registration)));
                     }
                     Ok(sb)
                 }
-                (Err(e), Some(name)) => {
-                    live_volumes().lock().expect("live lock").remove(&name);
+                (Err(e), Some((name, registration))) => {
                     remove_volume(docker, &name).await;
+                    spec.cleanup.release(registration);
                     Err(e)
                 }
                 (Err(e), None) => Err(e),
@@ -586,7 +534,7 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
-        let id = create_tracked(
+        let (id, registration) = create_tracked(
             docker,
             spec,
             &name,
@@ -595,6 +543,7 @@ impl DockerSandbox {
             spec.user(),
         )
         .await?;
+        let mut registration = Some(registration);
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
         let result = async {
             let executor_mode = main == MainProcess::Executor;
@@ -649,8 +598,10 @@ impl DockerSandbox {
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
                 created_at,
+                cleanup: spec.cleanup.clone(),
+                registration: Mutex::new(registration.take()),
                 volume: None,
-                guard: None,
+                guard: Mutex::new(None),
             };
             if exec_mode == ExecMode::PerCall {
                 let n = sb.read_oom_kills().await;
@@ -660,8 +611,11 @@ impl DockerSandbox {
         }
         .await;
         if !matches!(result, Ok(Some(_))) {
-            live().lock().expect("live lock").remove(&id);
             remove_container(docker, &id).await;
+            // Never handed to a sandbox: released here, once the container is gone.
+            if let Some(r) = registration.take() {
+                spec.cleanup.release(r);
+            }
         }
         result
     }
@@ -671,7 +625,10 @@ impl DockerSandbox {
     /// looks. `None` for an isolated project (the host's copy was not mounted), or when the
     /// check already ran.
     pub fn check_host(&self) -> Option<super::hostscan::HostCheck> {
-        self.guard.as_ref().and_then(|g| g.finish())
+        let (guard, registration) = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let check = guard.finish();
+        self.cleanup.release(registration);
+        check
     }
 
     fn user(&self) -> String {
@@ -1066,10 +1023,11 @@ impl Sandbox for DockerSandbox {
         self.executor.lock().await.take();
         self.keepalive.lock().expect("keepalive lock").take();
         remove_container(&self.docker, &id).await;
-        live().lock().expect("live lock").remove(&id);
-        if let Some(name) = &self.volume {
+        if let Some(r) = self.registration.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.cleanup.release(r);
+        }
+        if let Some((name, _)) = &self.volume {
             remove_volume(&self.docker, name).await;
-            live_volumes().lock().expect("live lock").remove(name);
         }
         Ok(())
     }
@@ -1079,7 +1037,7 @@ impl Drop for DockerSandbox {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::Acquire) {
             // No async here: dropping the keep-alive connection makes the container exit and
-            // the daemon auto-removes it; `remove_live_containers` also still knows it.
+            // the daemon auto-removes it; the run's cleanup also still has it registered.
             debug!(
                 container = short(&self.info.container_id),
                 "sandbox dropped without shutdown"

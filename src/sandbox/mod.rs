@@ -5,6 +5,7 @@
 //! tests run against the real daemon.
 
 mod capture;
+pub mod cleanup;
 mod docker;
 pub(crate) mod executor;
 pub mod fsop;
@@ -18,9 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use capture::{Captured, HeadTail, human_bytes};
+pub use cleanup::Cleanup;
 pub use docker::{
     DockerSandbox, ProjectDir, bind_workspace, connect_docker, docker_endpoint, inspect_project,
-    remove_live_containers,
 };
 pub use policy::{
     HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,

@@ -219,6 +219,8 @@ pub struct SandboxSpec {
     pub per_call_exec: bool,
     /// Extra labels (e.g. an eval task's name).
     pub labels: Vec<(String, String)>,
+    /// Who removes what this sandbox creates if the run is cut short.
+    pub cleanup: super::cleanup::Cleanup,
 }
 
 impl SandboxSpec {
@@ -466,6 +468,7 @@ mod tests {
             runtime: None,
             per_call_exec: false,
             labels: vec![],
+            cleanup: Default::default(),
         }
     }
 

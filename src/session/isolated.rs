@@ -206,10 +206,15 @@ impl Session {
                 ))
             } else {
                 let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
-                tokio::task::spawn_blocking(move || isolate::apply(&project, &manifest, &set.changes))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
+                let cleanup = self.cleanup.clone();
+                tokio::task::spawn_blocking(move || {
+                    // An interruption waits for this: the project gets all of the changes or none.
+                    let _held = cleanup.critical();
+                    isolate::apply(&project, &manifest, &set.changes)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
             };
             match applied {
                 Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),

@@ -37,6 +37,8 @@ pub struct Session {
     baseline_error: Option<String>,
     isolation: Option<isolated::Isolation>,
     approver: Option<TerminalApprover>,
+    /// The run's cleanup owner: `--apply` runs inside its critical section.
+    cleanup: crate::sandbox::Cleanup,
     started: Instant,
 }
 

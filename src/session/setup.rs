@@ -154,6 +154,7 @@ impl Session {
             baseline_error,
             isolation,
             approver: settings.approve.then_some(TerminalApprover),
+            cleanup: settings.sandbox.cleanup.clone(),
             started: Instant::now(),
         })
     }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// Entries fingerprinted for the host's account of changes; past this the account says it is
 /// incomplete rather than costing unbounded memory (about 70 bytes an entry).
@@ -462,57 +462,41 @@ pub fn quote(p: &Path) -> String {
     crate::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
 }
 
-/// Projects whose post-session check has not run yet: an interruption runs it on the way out.
-type Pending = (PathBuf, std::sync::Arc<Baseline>, String);
-
-fn pending() -> &'static Mutex<Vec<Pending>> {
-    static P: OnceLock<Mutex<Vec<Pending>>> = OnceLock::new();
-    P.get_or_init(Default::default)
-}
-
-/// Holds a bind-mounted project's baseline until [`HostGuard::finish`].
+/// Holds a bind-mounted project's baseline until [`HostGuard::finish`], which runs the check
+/// once: after the session, or from the run's cleanup if the session was cut short.
 #[derive(Debug)]
 pub struct HostGuard {
     project: PathBuf,
     baseline: std::sync::Arc<Baseline>,
     session: String,
+    done: std::sync::atomic::AtomicBool,
 }
 
 impl HostGuard {
-    pub fn start(project: &Path, baseline: std::sync::Arc<Baseline>, session: &str) -> HostGuard {
-        pending().lock().unwrap_or_else(|e| e.into_inner()).push((
-            project.to_path_buf(),
-            baseline.clone(),
-            session.to_string(),
-        ));
+    pub fn new(project: &Path, baseline: std::sync::Arc<Baseline>, session: &str) -> HostGuard {
         HostGuard {
             project: project.to_path_buf(),
             baseline,
             session: session.to_string(),
+            done: Default::default(),
         }
     }
 
-    /// The check, once: later calls find nothing pending and return `None`.
+    /// A guard that has nothing to check (unit tests of what holds guards).
+    #[cfg(test)]
+    pub fn for_test() -> HostGuard {
+        let g = HostGuard::new(Path::new("/nonexistent"), Default::default(), "test");
+        g.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        g
+    }
+
+    /// The check, once: later calls return `None`.
     pub fn finish(&self) -> Option<HostCheck> {
-        let mut p = pending().lock().unwrap_or_else(|e| e.into_inner());
-        let before = p.len();
-        p.retain(|(_, _, s)| s != &self.session);
-        if p.len() == before {
+        if self.done.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return None;
         }
-        drop(p);
         Some(check(&self.project, &self.baseline, &self.session))
     }
-}
-
-/// For the interruption path: every project whose check did not run.
-pub fn finish_pending() -> Vec<String> {
-    let all: Vec<Pending> = pending()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain(..)
-        .collect();
-    all.iter().flat_map(|(p, b, s)| check(p, b, s).warnings).collect()
 }
 
 #[cfg(test)]
