@@ -1,7 +1,6 @@
 //! The Docker implementation of [`Sandbox`], through the Engine API (bollard). No `docker` CLI.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -350,87 +349,6 @@ pub(super) async fn remove_container(docker: &Docker, id: &str) {
         }
         Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
     }
-}
-
-/// A project directory, checked: it exists, is a directory, is not `/`, and its `.git` (if
-/// any) is not a symlink. `uid`/`gid` own it: the sandbox runs as them.
-pub struct ProjectDir {
-    pub path: std::path::PathBuf,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-pub fn inspect_project(project: &Path) -> Result<ProjectDir, SandboxError> {
-    let shown = project.display().to_string();
-    let meta = match std::fs::metadata(project) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(SandboxError::ProjectMissing(shown));
-        }
-        Err(e) => {
-            return Err(SandboxError::Other(format!(
-                "cannot read project path {shown}: {e}"
-            )));
-        }
-    };
-    if !meta.is_dir() {
-        return Err(SandboxError::ProjectNotDirectory(shown));
-    }
-    let path = project
-        .canonicalize()
-        .map_err(|e| SandboxError::Other(format!("cannot resolve {shown}: {e}")))?;
-    if path == Path::new("/") {
-        return Err(SandboxError::Other("refusing to mount / as the project".into()));
-    }
-    let git_path = path.join(".git");
-    // A link would make Docker mount whatever it points at on the host, read-only but
-    // visible; and left unmounted it could be replaced from inside. Neither is safe.
-    if std::fs::symlink_metadata(&git_path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(SandboxError::Other(format!(
-            "refusing to run: {} is a symbolic link, which agentbox cannot protect; \
-             replace it with the directory it points to",
-            git_path.display()
-        )));
-    }
-    Ok(ProjectDir {
-        path,
-        uid: meta.uid(),
-        gid: meta.gid(),
-    })
-}
-
-/// Resolve a project directory into a bind mount, refusing what cannot be protected: files
-/// hard-linked to files outside the project (a package manager's cache, say), which the sandbox
-/// could change through the link. Git metadata is mounted read-only wherever it is.
-pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
-    let dir = inspect_project(project)?;
-    let scan = super::hostscan::scan(&dir.path);
-    if !scan.linked_outside.is_empty() {
-        let examples: Vec<String> = scan
-            .linked_outside
-            .iter()
-            .take(3)
-            .map(|p| p.display().to_string())
-            .collect();
-        return Err(SandboxError::Other(format!(
-            "refusing to mount {}: {} file(s) are hard links to files outside it (e.g. {}); the sandbox \
-             could change those outside files through them. Use --isolate (the copy breaks the links), or \
-             replace the links with copies (uv: --link-mode=copy; pnpm: package-import-method=copy)",
-            dir.path.display(),
-            scan.linked_outside.len(),
-            examples.join(", ")
-        )));
-    }
-    let protection = super::hostscan::protection(&dir.path, &scan);
-    Ok((
-        WorkspaceSource::Bind {
-            project: dir.path,
-            protected: protection.mounts.clone(),
-            baseline: std::sync::Arc::new(super::hostscan::Baseline { scan, protection }),
-        },
-        dir.uid,
-        dir.gid,
-    ))
 }
 
 /// One sandbox container, alive until [`Sandbox::shutdown`] or drop.

@@ -20,9 +20,8 @@ use async_trait::async_trait;
 
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
-pub use docker::{
-    DockerSandbox, ProjectDir, bind_workspace, connect_docker, docker_endpoint, inspect_project,
-};
+pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
+pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
     HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     WorkspaceSource, parse_size,

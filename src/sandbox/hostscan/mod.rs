@@ -18,7 +18,10 @@
 //! ([`quarantine`]), where no link the sandbox left in the project can reach it.
 
 pub mod git;
+mod project;
 pub mod quarantine;
+
+pub use project::{ProjectDir, bind_workspace, inspect_project};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
