@@ -5,6 +5,7 @@
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
 //! Usage: cargo bench --bench bench [-- quick]   ("quick" runs fewer iterations)
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;
 use std::process::{Command, Stdio};

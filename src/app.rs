@@ -63,8 +63,14 @@ fn init_tracing(verbose: u8) {
 }
 
 async fn run_with_cleanup(cli: Cli) -> u8 {
-    let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    // Without them Ctrl-C could not remove the sandbox: refuse to start rather than risk it.
+    let (mut sigint, mut sigterm) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            errln!("agentbox: error: cannot listen for Ctrl-C and SIGTERM: {e}");
+            return 1;
+        }
+    };
     let error_code = error_code_for(&cli.command);
     // The one owner of what the run must not leave behind; every command gets a handle.
     let cleanup = Cleanup::default();

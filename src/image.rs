@@ -49,18 +49,16 @@ impl KnownImage {
         self.tag.rsplit(':').next().unwrap_or("1")
     }
 
-    fn context_tar(&self) -> Vec<u8> {
+    fn context_tar(&self) -> std::io::Result<Vec<u8>> {
         let mut builder = tar::Builder::new(Vec::new());
         for (name, body) in [("Dockerfile", self.dockerfile), ("packages", self.packages)] {
             let mut header = tar::Header::new_gnu();
             header.set_size(body.len() as u64);
             header.set_mode(0o644);
             header.set_cksum();
-            builder
-                .append_data(&mut header, name, body.as_bytes())
-                .expect("in-memory tar");
+            builder.append_data(&mut header, name, body.as_bytes())?;
         }
-        builder.into_inner().expect("in-memory tar")
+        builder.into_inner()
     }
 }
 
@@ -122,7 +120,10 @@ pub async fn build_with_docker(
         .rm(true)
         .forcerm(true)
         .build();
-    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(known.context_tar().into())));
+    let context = known
+        .context_tar()
+        .map_err(|e| SandboxError::Other(format!("cannot make the build context: {e}")))?;
+    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| SandboxError::Other(e.to_string()))?;
         if let Some(detail) = info.error_detail.and_then(|d| d.message) {
@@ -301,7 +302,7 @@ mod tests {
 
     #[test]
     fn the_build_context_holds_the_dockerfile_and_packages() {
-        let tar = KnownImage::by_name("python").unwrap().context_tar();
+        let tar = KnownImage::by_name("python").unwrap().context_tar().unwrap();
         let mut archive = tar::Archive::new(tar.as_slice());
         let names: Vec<String> = archive
             .entries()

@@ -1,5 +1,6 @@
 //! The agent end to end: `agentbox run` against a scripted model server on 127.0.0.1 in both
 //! wire formats, with every tool call executed in the real Docker sandbox.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

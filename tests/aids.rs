@@ -1,5 +1,6 @@
 //! The harness aids for small models, each driven through `agentbox run` with a scripted model:
 //! protected tests, the repeat guard, verify-on-finish, a primed first message, fresh attempts.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The `agentbox` binary end to end: exit statuses, error messages, and no container left
 //! behind on success, error, SIGINT, SIGTERM or SIGKILL.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! `agentbox eval` over a handful of tasks with a scripted model: the counts, the rule that a
 //! task whose tests were changed is not fixed, resuming, running tasks at once, and Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

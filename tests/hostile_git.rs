@@ -7,6 +7,7 @@
 //! Every scenario has a control: the same plant made directly on a copy on the host, where
 //! the same git command *does* create the marker. So each test fails if agentbox lets the plant
 //! through, and cannot pass because the attack was wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

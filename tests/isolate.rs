@@ -1,6 +1,7 @@
 //! `run --isolate`: copy in, patch out. The host project is not written until `--apply`, the
 //! patch reproduces the sandbox's final state (binary files, new files, deletions and mode
 //! changes included), and `--apply` refuses when the host changed meanwhile.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

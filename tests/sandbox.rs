@@ -1,5 +1,6 @@
 //! The sandbox against the real Docker daemon: the policy as seen from inside, timeouts that
 //! end whole process trees, bounded output, files through the container, and cleanup.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 

@@ -152,6 +152,7 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             status.clone(),
         );
         set.spawn(async move {
+            #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
             let _permit = semaphore.acquire_owned().await.expect("semaphore");
             progress.running.fetch_add(1, Ordering::Relaxed);
             let result = eval::run_task(&base, &task, &out).await;

@@ -328,8 +328,9 @@ impl ResultLog {
     }
 
     pub fn append(&self, r: &TaskResult) -> std::io::Result<()> {
-        let mut f = self.file.lock().expect("results lock");
-        writeln!(f, "{}", serde_json::to_string(r).expect("serializes"))?;
+        // A panic elsewhere while holding the lock left the file as it was: still usable.
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(f, "{}", serde_json::to_string(r).map_err(std::io::Error::other)?)?;
         f.flush()
     }
 }

@@ -108,7 +108,8 @@ pub async fn post_json(
     policy: &RetryPolicy,
     on_retry: Option<&RetryObserver>,
 ) -> Result<bytes::Bytes, ModelError> {
-    let payload = serde_json::to_vec(body).expect("request serializes");
+    let payload = serde_json::to_vec(body)
+        .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
     let mut attempt = 0u32;
     loop {
         let sent = client

@@ -939,7 +939,7 @@ impl Sandbox for DockerSandbox {
         // Ending the executor and the keep-alive first lets the container stop on its own;
         // the forced remove below makes it prompt and certain.
         self.executor.lock().await.take();
-        self.keepalive.lock().expect("keepalive lock").take();
+        self.keepalive.lock().unwrap_or_else(|e| e.into_inner()).take();
         remove_container(&self.docker, &id).await;
         if let Some(r) = self.registration.lock().unwrap_or_else(|e| e.into_inner()).take() {
             self.cleanup.release(r);

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use bollard::container::LogOutput;
 use bytes::BytesMut;
 use futures_util::{Stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::{Captured, ExecOutput, ExecRequest, SandboxError};
@@ -71,6 +71,27 @@ struct Response {
     internal_error: Option<String>,
 }
 
+/// One request to the executor, as `executor.py` reads it: a misspelt field does not compile.
+#[derive(Debug, Serialize)]
+struct RequestFrame<'a> {
+    id: u64,
+    argv: &'a [String],
+    cwd: &'a str,
+    env: std::collections::BTreeMap<&'a str, &'a str>,
+    timeout: f64,
+    /// Base64; `None` gives the command `/dev/null`.
+    stdin: Option<String>,
+    head: usize,
+    tail: usize,
+    native: Option<NativeFrame<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct NativeFrame<'a> {
+    op: &'static str,
+    args: &'a [String],
+}
+
 impl Stream64 {
     fn decode(self) -> Result<Captured, SandboxError> {
         let bad = |e| SandboxError::ExecutorLost(format!("bad output encoding: {e}"));
@@ -119,7 +140,7 @@ impl Executor {
     async fn read_frame(&mut self) -> Result<Vec<u8>, SandboxError> {
         loop {
             if self.buf.len() >= 4 {
-                let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+                let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
                 if len > MAX_FRAME {
                     return Err(SandboxError::ExecutorLost(format!(
                         "oversized frame ({len} bytes)"
@@ -156,23 +177,22 @@ impl Executor {
     pub async fn call(&mut self, req: &ExecRequest, watchdog: Duration) -> Result<ExecOutput, SandboxError> {
         let id = self.next_id;
         self.next_id += 1;
-        let env: serde_json::Map<String, serde_json::Value> = req
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone().into()))
-            .collect();
-        let body = serde_json::json!({
-            "id": id,
-            "argv": req.argv,
-            "cwd": req.workdir.as_deref().unwrap_or(super::WORKSPACE),
-            "env": env,
-            "timeout": req.timeout.as_secs_f64(),
-            "stdin": req.stdin.as_ref().map(|d| B64.encode(d)),
-            "head": req.head,
-            "tail": req.tail,
-            "native": req.native.as_ref().map(|n| serde_json::json!({"op": n.op, "args": n.args})),
-        });
-        let body = serde_json::to_vec(&body).expect("json");
+        let body = RequestFrame {
+            id,
+            argv: &req.argv,
+            cwd: req.workdir.as_deref().unwrap_or(super::WORKSPACE),
+            env: req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            timeout: req.timeout.as_secs_f64(),
+            stdin: req.stdin.as_ref().map(|d| B64.encode(d)),
+            head: req.head,
+            tail: req.tail,
+            native: req.native.as_ref().map(|n| NativeFrame {
+                op: n.op,
+                args: &n.args,
+            }),
+        };
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| SandboxError::ExecutorLost(format!("cannot encode the request: {e}")))?;
         let mut frame = Vec::with_capacity(body.len() + 4);
         frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
         frame.extend_from_slice(&body);

@@ -1,5 +1,6 @@
 //! Helpers for the integration tests: real Docker, real image, real projects on disk.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 pub mod model_server;
 pub mod scripted;
