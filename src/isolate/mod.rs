@@ -223,11 +223,33 @@ pub fn pack(
     })
 }
 
-/// One changed path: A (added), M (content or mode), D (deleted) or T (a file became a link,
-/// or the reverse).
+/// How a path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    /// Its content, or whether it is executable.
+    Modified,
+    Deleted,
+    /// A file became a link, or the reverse.
+    TypeChanged,
+}
+
+impl ChangeKind {
+    /// git's letter for it (`--name-status`).
+    pub fn letter(self) -> char {
+        match self {
+            ChangeKind::Added => 'A',
+            ChangeKind::Modified => 'M',
+            ChangeKind::Deleted => 'D',
+            ChangeKind::TypeChanged => 'T',
+        }
+    }
+}
+
+/// One changed path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    pub status: char,
+    pub status: ChangeKind,
     pub path: RelPath,
 }
 
@@ -391,12 +413,12 @@ fn check<'a>(
             )));
         }
         match (ch.status, manifest.entries.get(rel), &now) {
-            ('A', _, Some(_)) => {
+            (ChangeKind::Added, _, Some(_)) => {
                 return Err(IsolateError::Refused(format!(
                     "{rel} was created on the host meanwhile"
                 )));
             }
-            ('A', _, None) => {}
+            (ChangeKind::Added, _, None) => {}
             (_, Some(Entry::Dir), _) | (_, _, Some(HostEntry::Dir)) => {
                 return Err(IsolateError::Refused(format!("{rel} is a directory on the host")));
             }
@@ -412,7 +434,7 @@ fn check<'a>(
                 )));
             }
         }
-        if ch.status != 'D' && content.is_none() {
+        if ch.status != ChangeKind::Deleted && content.is_none() {
             return Err(IsolateError::Refused(format!("no content for {rel}")));
         }
         let owner = match &now {
@@ -616,7 +638,16 @@ mod tests {
         })
     }
 
-    fn change(status: char, path: &str, content: Option<Content>) -> (Change, Option<Content>) {
+    fn change(letter: char, path: &str, content: Option<Content>) -> (Change, Option<Content>) {
+        let status = [
+            ChangeKind::Added,
+            ChangeKind::Modified,
+            ChangeKind::Deleted,
+            ChangeKind::TypeChanged,
+        ]
+        .into_iter()
+        .find(|k| k.letter() == letter)
+        .unwrap();
         (
             Change {
                 status,

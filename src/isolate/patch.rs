@@ -328,7 +328,7 @@ pub fn write_patch(
     let mut report: Vec<u8> = Vec::new();
     let mut cut = false;
     for (ch, new) in changes {
-        let old = if ch.status == 'A' {
+        let old = if ch.status == super::ChangeKind::Added {
             None
         } else {
             old_side(project, manifest, &ch.path)
@@ -510,7 +510,7 @@ mod tests {
             .map(|i| {
                 (
                     Change {
-                        status: 'A',
+                        status: super::super::ChangeKind::Added,
                         path: rel(&format!("f{i}.txt")),
                     },
                     Some(file(&b"0123456789\n".repeat(20), 0o644)),

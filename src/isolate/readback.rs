@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 
 use sha2::{Digest, Sha256};
 
-use super::{Change, Content, Entry, IsolateError, Manifest, RelPath, is_git_component};
+use super::{Change, ChangeKind, Content, Entry, IsolateError, Manifest, RelPath, is_git_component};
 use crate::project::CACHE_DIRS;
 use crate::sandbox::human_bytes;
 
@@ -470,15 +470,17 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Deadline<R> {
 }
 
 /// Whether a file changed: `None` when it did not, else its status against what was packed.
-fn status(was: Option<&Entry>, new: &Content) -> Option<char> {
+fn status(was: Option<&Entry>, new: &Content) -> Option<ChangeKind> {
     match (was, new) {
-        (None, _) => Some('A'),
+        (None, _) => Some(ChangeKind::Added),
         (Some(Entry::File { sha256, mode, .. }), Content::File { data, mode: m }) => {
             let same = Sha256::digest(data).as_slice() == sha256 && (mode & 0o111 != 0) == (m & 0o111 != 0);
-            (!same).then_some('M')
+            (!same).then_some(ChangeKind::Modified)
         }
-        (Some(Entry::Symlink { target }), Content::Symlink(t)) => (target != t).then_some('M'),
-        (Some(_), _) => Some('T'),
+        (Some(Entry::Symlink { target }), Content::Symlink(t)) => {
+            (target != t).then_some(ChangeKind::Modified)
+        }
+        (Some(_), _) => Some(ChangeKind::TypeChanged),
     }
 }
 
@@ -654,7 +656,7 @@ pub fn changeset_from_archive<R: Read>(
                 path.clone(),
                 (
                     Change {
-                        status: 'D',
+                        status: ChangeKind::Deleted,
                         path: path.clone(),
                     },
                     None,
@@ -750,7 +752,7 @@ mod tests {
     fn summary(set: &ChangeSet) -> Vec<(char, String)> {
         set.changes
             .iter()
-            .map(|(c, _)| (c.status, c.path.quoted()))
+            .map(|(c, _)| (c.status.letter(), c.path.quoted()))
             .collect()
     }
 
