@@ -13,7 +13,6 @@ pub mod config;
 pub mod config_file;
 pub mod eval;
 pub mod events;
-pub mod gitquote;
 pub mod image;
 pub mod isolate;
 pub mod model;

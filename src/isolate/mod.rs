@@ -458,7 +458,7 @@ fn check<'a>(
             return Err(IsolateError::Refused(format!(
                 "{} is a link to {}, which leads outside the project ({})",
                 ch.path,
-                crate::gitquote::quote_path(t.as_os_str().as_bytes()),
+                crate::sandbox::gitquote::quote_path(t.as_os_str().as_bytes()),
                 escape_words(&e)
             )));
         }

@@ -10,6 +10,7 @@ mod docker;
 pub(crate) mod executor;
 pub mod fsop;
 pub mod gc;
+pub mod gitquote;
 pub mod hostscan;
 mod policy;
 pub mod seccomp;

@@ -462,7 +462,7 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
 
 /// A path for a message: C-quoted as git quotes names, so no name can forge lines.
 pub fn quote(p: &Path) -> String {
-    crate::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
+    crate::sandbox::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
 }
 
 /// Holds a bind-mounted project's baseline until [`HostGuard::finish`], which runs the check
