@@ -95,6 +95,8 @@ impl Session {
             Ok(c) => c,
             Err(e) => {
                 report.warnings.push(format!("cannot tell what changed: {e}"));
+                // Never "changes: none" when what changed is not known.
+                report.diff_error = Some(format!("cannot tell what changed: {e}"));
                 if iso.settings.apply {
                     report.apply_error = Some(e.clone());
                     report.exit_code = crate::report::exit::ERROR;
@@ -118,105 +120,10 @@ impl Session {
             &set.skipped,
             isolate::readback::Limits::default(),
         ));
-        let patch_path = iso.settings.write_patch.then(|| {
-            iso.settings
-                .patch
-                .clone()
-                .unwrap_or_else(|| default_patch_path(&iso.project, &report.session))
-        });
-        let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
-        let target = patch_path.clone();
-        // Written section by section to the file; the report keeps only its start.
-        let (set, written) = tokio::task::spawn_blocking(move || {
-            let write = |out: &mut dyn Write| -> std::io::Result<isolate::patch::Written> {
-                let w = isolate::patch::write_patch(out, &project, &manifest, &set.changes, MAX_DIFF_BYTES)?;
-                out.flush()?;
-                Ok(w)
-            };
-            let written = match &target {
-                Some(path) => {
-                    std::fs::File::create(path).and_then(|f| write(&mut std::io::BufWriter::new(f)))
-                }
-                None => write(&mut std::io::sink()),
-            };
-            (set, written)
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        let counts = match written {
-            Ok(w) => {
-                report.diff = Some(w.report);
-                report.patch_file = patch_path.map(|p| p.display().to_string());
-                w.counts
-            }
-            Err(e) => {
-                report.warnings.push(format!(
-                    "cannot write the patch {}: {e}",
-                    patch_path.map(|p| p.display().to_string()).unwrap_or_default()
-                ));
-                Vec::new()
-            }
-        };
-        report.diff_error = None;
-        report.changed_files = set
-            .changes
-            .iter()
-            .enumerate()
-            .map(|(i, (c, _))| {
-                let counts = counts.get(i).copied().flatten();
-                crate::report::ChangedFile {
-                    path: c.path.quoted(),
-                    added: counts.map(|c| c.0),
-                    removed: counts.map(|c| c.1),
-                }
-            })
-            // Project files the patch lacks are changes all the same (an eval must see a
-            // test file among them); caches and `.git` are listed apart, as "not in the diff".
-            .chain(
-                set.skipped
-                    .iter()
-                    .filter(|s| !s.is_cache())
-                    .map(|s| crate::report::ChangedFile {
-                        path: s.shown(),
-                        added: None,
-                        removed: None,
-                    }),
-            )
-            .collect();
-        let caches: Vec<String> = set
-            .skipped
-            .iter()
-            .filter(|s| s.is_cache())
-            .map(|s| s.shown())
-            .collect();
-        report.changed_outside_diff = Some(crate::report::OutsideDiff {
-            total: caches.len(),
-            paths: caches
-                .into_iter()
-                .take(crate::sandbox::hostscan::MAX_LISTED_CHANGES)
-                .collect(),
-            incomplete: false,
-        });
+        let (set, counts) = write_patch(iso, set, report).await?;
+        account(&set, &counts, report);
         if iso.settings.apply {
-            let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
-            let applied = if !missing.is_empty() {
-                Err(format!(
-                    "nothing applied: {} could not be brought back from the sandbox (see the warnings)",
-                    missing.join(", ")
-                ))
-            } else {
-                let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
-                let cleanup = self.cleanup.clone();
-                tokio::task::spawn_blocking(move || {
-                    // An interruption waits for this: the project gets all of the changes or none.
-                    let _held = cleanup.critical();
-                    isolate::apply(&project, &manifest, &set.changes)
-                })
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            };
-            match applied {
+            match self.apply(iso, set).await {
                 Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
                 Err(e) => {
                     report.apply_error = Some(e);
@@ -226,4 +133,116 @@ impl Session {
         }
         Ok(())
     }
+
+    /// `--apply`, unless something could not be brought back; inside the run's critical
+    /// section, so an interruption waits for it: the project gets all of the changes or none.
+    async fn apply(&self, iso: &Isolation, set: isolate::ChangeSet) -> Result<isolate::Applied, String> {
+        let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "nothing applied: {} could not be brought back from the sandbox (see the warnings)",
+                missing.join(", ")
+            ));
+        }
+        let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+        let cleanup = self.cleanup.clone();
+        tokio::task::spawn_blocking(move || {
+            let _held = cleanup.critical();
+            isolate::apply(&project, &manifest, &set.changes)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    }
+}
+
+/// The patch, written section by section to its file (the report keeps only its start), and
+/// the line counts of each change.
+async fn write_patch(
+    iso: &Isolation,
+    set: isolate::ChangeSet,
+    report: &mut Report,
+) -> Result<(isolate::ChangeSet, Vec<Option<(u64, u64)>>), String> {
+    let patch_path = iso.settings.write_patch.then(|| {
+        iso.settings
+            .patch
+            .clone()
+            .unwrap_or_else(|| default_patch_path(&iso.project, &report.session))
+    });
+    let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
+    let target = patch_path.clone();
+    let (set, written) = tokio::task::spawn_blocking(move || {
+        let write = |out: &mut dyn Write| -> std::io::Result<isolate::patch::Written> {
+            let w = isolate::patch::write_patch(out, &project, &manifest, &set.changes, MAX_DIFF_BYTES)?;
+            out.flush()?;
+            Ok(w)
+        };
+        let written = match &target {
+            Some(path) => std::fs::File::create(path).and_then(|f| write(&mut std::io::BufWriter::new(f))),
+            None => write(&mut std::io::sink()),
+        };
+        (set, written)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    report.diff_error = None;
+    let counts = match written {
+        Ok(w) => {
+            report.diff = Some(w.report);
+            report.patch_file = patch_path.map(|p| p.display().to_string());
+            w.counts
+        }
+        Err(e) => {
+            report.warnings.push(format!(
+                "cannot write the patch {}: {e}",
+                patch_path.map(|p| p.display().to_string()).unwrap_or_default()
+            ));
+            Vec::new()
+        }
+    };
+    Ok((set, counts))
+}
+
+/// The report's account of an isolated run: every changed project file, with its line counts
+/// where the patch has them, and caches and `.git` apart, as changed but not in the diff.
+fn account(set: &isolate::ChangeSet, counts: &[Option<(u64, u64)>], report: &mut Report) {
+    report.changed_files = set
+        .changes
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| {
+            let counts = counts.get(i).copied().flatten();
+            crate::report::ChangedFile {
+                path: c.path.quoted(),
+                added: counts.map(|c| c.0),
+                removed: counts.map(|c| c.1),
+            }
+        })
+        // Project files the patch lacks are changes all the same (an eval must see a test
+        // file among them).
+        .chain(
+            set.skipped
+                .iter()
+                .filter(|s| !s.is_cache())
+                .map(|s| crate::report::ChangedFile {
+                    path: s.shown(),
+                    added: None,
+                    removed: None,
+                }),
+        )
+        .collect();
+    let caches: Vec<String> = set
+        .skipped
+        .iter()
+        .filter(|s| s.is_cache())
+        .map(|s| s.shown())
+        .collect();
+    report.changed_outside_diff = Some(crate::report::OutsideDiff {
+        total: caches.len(),
+        paths: caches
+            .into_iter()
+            .take(crate::sandbox::hostscan::MAX_LISTED_CHANGES)
+            .collect(),
+        incomplete: false,
+    });
 }
