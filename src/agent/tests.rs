@@ -148,29 +148,45 @@ impl Outcome {
     }
 }
 
+/// What an agent needs besides the model and the sandbox: "the tests" as the test command,
+/// the standard tools with `bash`, no event sinks.
+fn parts() -> (ToolSettings, ToolRegistry, Fanout) {
+    let settings = ToolSettings {
+        test_command: Some("the tests".into()),
+        ..Default::default()
+    };
+    (settings, ToolRegistry::standard(true, false), Fanout::default())
+}
+
+fn agent<'a>(
+    model: &'a dyn ModelClient,
+    sandbox: &'a StubSandbox,
+    settings: &'a ToolSettings,
+    tools: &'a ToolRegistry,
+    events: &'a Fanout,
+    config: AgentConfig,
+) -> Agent<'a> {
+    Agent {
+        model,
+        tools,
+        ctx: ToolContext {
+            sandbox,
+            settings,
+            approver: None,
+        },
+        events,
+        config,
+        system: "system".into(),
+    }
+}
+
 async fn run_loop(turns: serde_json::Value, config: AgentConfig, sandbox: StubSandbox) -> Outcome {
     let model = Recording {
         inner: Scripted::from_json(&turns.to_string(), "test").unwrap(),
         temperatures: Mutex::new(Vec::new()),
     };
-    let settings = ToolSettings {
-        test_command: Some("the tests".into()),
-        ..Default::default()
-    };
-    let tools = ToolRegistry::standard(true, false);
-    let events = Fanout::default();
-    let agent = Agent {
-        model: &model,
-        tools: &tools,
-        ctx: ToolContext {
-            sandbox: &sandbox,
-            settings: &settings,
-            approver: None,
-        },
-        events: &events,
-        config,
-        system: "system".into(),
-    };
+    let (settings, tools, events) = parts();
+    let agent = agent(&model, &sandbox, &settings, &tools, &events, config);
     let mut messages = vec![Message::user_text("fix it")];
     let result = agent.run(&mut messages).await;
     Outcome {
@@ -369,27 +385,12 @@ async fn attempts_start_over_from_a_reset_project_hotter_while_the_tests_fail() 
         .unwrap(),
         temperatures: Mutex::new(Vec::new()),
     };
-    let settings = ToolSettings {
-        test_command: Some("the tests".into()),
+    let (settings, tools, events) = parts();
+    let config = AgentConfig {
+        temperature: Some(0.0),
         ..Default::default()
     };
-    let tools = ToolRegistry::standard(true, false);
-    let events = Fanout::default();
-    let agent = Agent {
-        model: &model,
-        tools: &tools,
-        ctx: ToolContext {
-            sandbox: &sandbox,
-            settings: &settings,
-            approver: None,
-        },
-        events: &events,
-        config: AgentConfig {
-            temperature: Some(0.0),
-            ..Default::default()
-        },
-        system: "system".into(),
-    };
+    let agent = agent(&model, &sandbox, &settings, &tools, &events, config);
     let aids = crate::config::Aids {
         attempts: 2,
         retry_temperature: 0.8,

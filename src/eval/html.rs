@@ -498,26 +498,10 @@ mod tests {
         };
         out.create().unwrap();
         let result = TaskResult {
-            task: "t".into(),
-            fixed: false,
-            tests_passed: Some(false),
-            tests_changed: false,
-            changed_files: vec![],
             steps: 20,
-            attempts: 1,
-            input_tokens: 1,
-            output_tokens: 1,
-            cost_usd: None,
-            wall_secs: 1.0,
             exit_reason: Outcome::StepLimit,
-            error: None,
-            model: "m".into(),
-            summary: None,
-            started_at: 1.0,
-            finished_at: 2.0,
-            test_command: Some("pytest -q".into()),
-            test_exit_code: Some(1),
             test_output: "FAILED test_a.py::test_x\n1 failed in 0.01s\n".into(),
+            ..TaskResult::for_test("t")
         };
         let results = [result];
         let page = report("x", "m", &results, &super::super::totals(&results), &out);

@@ -123,6 +123,35 @@ pub struct TaskResult {
 /// their failures and counts.
 pub const TEST_OUTPUT_MAX: usize = 3000;
 
+#[cfg(test)]
+impl TaskResult {
+    /// A task that finished with its tests failing: the fields tests do not care about.
+    pub(crate) fn for_test(task: &str) -> TaskResult {
+        TaskResult {
+            task: task.into(),
+            fixed: false,
+            tests_passed: Some(false),
+            tests_changed: false,
+            changed_files: vec![],
+            steps: 1,
+            attempts: 1,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost_usd: None,
+            wall_secs: 1.0,
+            exit_reason: Outcome::Finished,
+            error: None,
+            model: "m".into(),
+            summary: None,
+            started_at: 1.0,
+            finished_at: 2.0,
+            test_command: Some("pytest -q".into()),
+            test_exit_code: Some(1),
+            test_output: "1 failed".into(),
+        }
+    }
+}
+
 impl TaskResult {
     /// Why the run ended, in words (the error itself is in `error`).
     pub fn ended(&self) -> &'static str {
@@ -413,28 +442,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("r.jsonl");
         let log = ResultLog::open(&path, false).unwrap();
-        let mut r = TaskResult {
-            task: "t".into(),
-            fixed: false,
-            tests_passed: Some(false),
-            tests_changed: false,
-            changed_files: vec![],
-            steps: 1,
-            attempts: 1,
-            input_tokens: 1,
-            output_tokens: 1,
-            cost_usd: None,
-            wall_secs: 1.0,
-            exit_reason: Outcome::Finished,
-            error: None,
-            model: "m".into(),
-            summary: None,
-            started_at: 1.0,
-            finished_at: 2.0,
-            test_command: Some("pytest -q".into()),
-            test_exit_code: Some(1),
-            test_output: "1 failed".into(),
-        };
+        let mut r = TaskResult::for_test("t");
         log.append(&r).unwrap();
         r.fixed = true;
         log.append(&r).unwrap();
