@@ -6,12 +6,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use agentbox::sandbox::{ExecMode, ExecRequest, Sandbox};
-use serde_json::{Value, json};
+use serde_json::json;
+use support::scripted::*;
 use support::*;
 
 /// Fills every in-memory filesystem the sandbox user can write (each until it is full), then
@@ -27,97 +26,14 @@ wait
 echo fill-and-fork-done
 "#;
 
-struct Run {
-    code: Option<i32>,
-    stderr: String,
-    events: Vec<Value>,
-    report: Option<Value>,
-}
-
-impl Run {
-    /// (result content, is_error) of tool call `i`.
-    fn result(&self, i: usize) -> (String, bool) {
-        self.events
-            .iter()
-            .filter(|e| e["event"] == "tool_finished")
-            .nth(i)
-            .map(|e| {
-                (
-                    e["content"].as_str().unwrap_or_default().to_string(),
-                    e["is_error"].as_bool().unwrap_or(true),
-                )
-            })
-            .unwrap_or_else(|| panic!("no tool result {i}: {}", self.stderr))
-    }
-
-    fn steps(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| e["event"] == "model_response")
-            .count()
-    }
-}
-
-fn bash(command: &str) -> Value {
-    json!({"name": "bash", "arguments": {"command": command}})
-}
-
-/// `agentbox run --json` with a scripted model, to the end; then no container may be left.
-async fn run_scripted(project: &Path, turns: Value, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-    let trajectory: PathBuf = dir.path().join("trajectory.jsonl");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .current_dir(dir.path())
-        .arg("run")
-        .arg("--json")
-        .arg("--script")
-        .arg(&script)
-        .arg("--trajectory")
-        .arg(&trajectory)
-        .args(args)
-        .arg(project)
-        .env("AGENTBOX_CONFIG", "")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
-        .await
-        .expect("agentbox did not finish")
-        .unwrap();
-    let docker = docker().await;
-    let gone = eventually(Duration::from_secs(30), || async {
-        containers_of_pid(&docker, pid).await == 0
-    })
-    .await;
-    assert!(gone, "a container of agentbox pid {pid} outlived the run");
-    Run {
-        code: out.status.code(),
-        stderr: text(&out.stderr),
-        report: serde_json::from_slice(&out.stdout).ok(),
-        events: std::fs::read_to_string(&trajectory)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-    }
-}
-
 async fn memory_backed_files_then_many_processes(per_call: bool) {
     let project = Project::new(&[("fill_and_fork.sh", FILL_AND_FORK)]);
     let mut args = vec!["--memory", "256m"];
     if per_call {
         args.push("--per-call-exec");
     }
-    let run = run_scripted(
-        project.path(),
+    let run = hostile(
+        &project,
         json!([
             {"tool_calls": [bash("bash fill_and_fork.sh")]},
             // The in-memory filesystems are still full here: the reserve is what runs this.
@@ -128,7 +44,7 @@ async fn memory_backed_files_then_many_processes(per_call: bool) {
         &args,
     )
     .await;
-    let (fill, _) = run.result(0);
+    let (_, fill, _) = run.result(0);
     assert!(
         fill.matches("No space left on device").count() == 4,
         "each in-memory filesystem filled up before the memory did: {fill}"
@@ -137,7 +53,7 @@ async fn memory_backed_files_then_many_processes(per_call: bool) {
         fill.contains("(out of memory)"),
         "the OOM kills are reported as such: {fill}"
     );
-    let (after, is_error) = run.result(1);
+    let (_, after, is_error) = run.result(1);
     assert!(
         !is_error && after.contains("alive"),
         "the next call works: {after}"
@@ -146,7 +62,7 @@ async fn memory_backed_files_then_many_processes(per_call: bool) {
         after.lines().any(|l| l.trim() == "1000"),
         "commands are the OOM killer's first choice: {after}"
     );
-    assert!(run.result(2).0.contains("emptied"));
+    assert!(run.result(2).1.contains("emptied"));
     assert_eq!(run.steps(), 4, "the loop went on: {}", run.stderr);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let report = run.report.expect("a JSON report");
