@@ -123,6 +123,10 @@ impl Report {
     /// not account for (all of them when the diff itself failed).
     pub fn add_host_check(&mut self, check: HostCheck) {
         self.warnings.extend(check.warnings);
+        if check.unresolved {
+            // Something git would run is still in the project: not a run to call a success.
+            self.exit_code = exit::ERROR;
+        }
         let in_diff: std::collections::HashSet<&str> =
             self.changed_files.iter().map(|f| f.path.as_str()).collect();
         let outside: Vec<String> = check
@@ -189,7 +193,10 @@ impl Report {
             (false, None) => format!("{tokens}; cost unknown for this model"),
         };
         s.push_str(&format!("tokens:   {line}\n"));
-        let outside = self.changed_outside_diff.as_ref().filter(|o| o.total > 0);
+        let outside = self
+            .changed_outside_diff
+            .as_ref()
+            .filter(|o| o.total > 0 || o.incomplete);
         let diff_failed = self.diff.is_none() && self.diff_error.is_some();
         if self.changed_files.is_empty() {
             s.push_str(match (diff_failed, outside) {
@@ -211,7 +218,7 @@ impl Report {
             s.push_str(if diff_failed {
                 "changed on the host (agentbox's own scan of the project):\n"
             } else {
-                "also changed, not in the diff (ignored by git or left out of it):\n"
+                "also changed, not in the diff (git ignores it, or the sandbox kept it out of the diff):\n"
             });
             const SHOWN: usize = 20;
             for p in o.paths.iter().take(SHOWN) {
@@ -225,15 +232,17 @@ impl Report {
             }
             if o.incomplete {
                 s.push_str(&format!(
-                    "  (the project has more than {} entries; the scan stopped there)\n",
+                    "  (the project has more than {} entries; the scan stopped there: changes past them are unknown)\n",
                     hostscan::MAX_ENTRIES
                 ));
             }
         }
         if let Some(p) = &self.patch_file {
-            s.push_str(&format!(
-                "patch:    {p} (the project itself was not touched; `git apply` it, or rerun with --apply)\n"
-            ));
+            s.push_str(&if self.applied.is_some() {
+                format!("patch:    {p} (applied to the project: see below)\n")
+            } else {
+                format!("patch:    {p} (the project itself was not touched; `git apply` it, or rerun with --apply)\n")
+            });
         }
         match (&self.applied, &self.apply_error) {
             (Some(paths), _) => s.push_str(&format!(
@@ -325,6 +334,7 @@ mod tests {
                 paths: paths.iter().map(std::path::PathBuf::from).collect(),
                 incomplete: false,
             },
+            unresolved: false,
         }
     }
 

@@ -22,9 +22,14 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;
     sandbox.shutdown().await?;
-    let warnings = sandbox.check_host().map(|c| c.warnings).unwrap_or_default();
-    for w in warnings {
-        errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
+    let check = sandbox.check_host().unwrap_or_default();
+    for w in &check.warnings {
+        errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+    }
+    if check.unresolved {
+        // Said after the warnings, instead of the command's status: what the command left
+        // would run on this machine.
+        anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
     let out = result?;
 

@@ -116,7 +116,7 @@ impl Tree for After<'_> {
             return false;
         }
         match self.host.node(path) {
-            Node::Link(target) => walk(&self.host, path[..path.len() - 1].to_vec(), &target).is_err(),
+            Node::Link(target) => walk(&self.host, path[..path.len() - 1].to_vec(), &target, true).is_err(),
             _ => false,
         }
     }
@@ -140,14 +140,29 @@ fn split(target: &[u8]) -> impl DoubleEndedIterator<Item = Vec<u8>> + '_ {
 /// Follow the link at `link` (whose text is `target`) through `tree`. `Ok` when it stays
 /// inside the project (or ends at a missing path inside: resolved by name from there on, as
 /// it would be once created).
+/// Every link on the way is followed, the user's own too: a new link that reaches outside
+/// through one (`evil -> data/../secret` with the user's `data -> /elsewhere/ds`) leads outside.
 pub fn resolve(tree: &dyn Tree, link: &RelPath, target: &[u8]) -> Result<(), Escape> {
     let mut dir = comps(link);
     dir.pop();
-    walk(tree, dir, target)
+    walk(tree, dir, target, false)
+}
+
+/// [`resolve`] for a link the user already had: going through another of the user's links
+/// that already leads out is the user's choice, not the sandbox's, and adds nothing.
+pub fn resolve_existing(tree: &dyn Tree, link: &RelPath, target: &[u8]) -> Result<(), Escape> {
+    let mut dir = comps(link);
+    dir.pop();
+    walk(tree, dir, target, true)
 }
 
 /// Resolve `target` from the directory `here` (components under the root).
-fn walk(tree: &dyn Tree, mut here: Vec<Vec<u8>>, target: &[u8]) -> Result<(), Escape> {
+fn walk(
+    tree: &dyn Tree,
+    mut here: Vec<Vec<u8>>,
+    target: &[u8],
+    users_outward_ok: bool,
+) -> Result<(), Escape> {
     if target.starts_with(b"/") {
         return Err(Escape::Absolute);
     }
@@ -162,9 +177,7 @@ fn walk(tree: &dyn Tree, mut here: Vec<Vec<u8>>, target: &[u8]) -> Result<(), Es
         }
         here.push(c);
         if let Node::Link(next) = tree.node(&here) {
-            // Where a link of the user's own leads is the user's choice, not the sandbox's:
-            // going through it adds nothing the project did not already have.
-            if tree.users_link_leads_out(&here) {
+            if users_outward_ok && tree.users_link_leads_out(&here) {
                 return Ok(());
             }
             here.pop();
@@ -241,8 +254,10 @@ mod tests {
             resolve(&after, &rel("x"), b"code/../../x"),
             Err(Escape::AboveTheRoot)
         );
-        // Through the user's own link that already leads out: where it goes is theirs.
-        assert_eq!(resolve(&after, &rel("py"), b"python"), Ok(()));
+        // A new link through the user's own link that leads out leads out too; the user's own
+        // links keep leading where they did.
+        assert_eq!(resolve(&after, &rel("py"), b"python"), Err(Escape::Absolute));
+        assert_eq!(resolve_existing(&after, &rel("py"), b"python"), Ok(()));
         assert_eq!(resolve(&after, &rel("x"), b"/etc/passwd"), Err(Escape::Absolute));
     }
 

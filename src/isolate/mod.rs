@@ -472,8 +472,8 @@ fn check<'a>(
             continue;
         };
         let target = target.as_os_str().as_bytes();
-        if let Err(e) = links::resolve(&after, path, target)
-            && links::resolve(&host, path, target).is_ok()
+        if let Err(e) = links::resolve_existing(&after, path, target)
+            && links::resolve_existing(&host, path, target).is_ok()
         {
             return Err(IsolateError::Refused(format!(
                 "{path}, a link already in the project, would lead outside the project once \

@@ -11,7 +11,7 @@ use std::io::Write;
 use crate::events::{Event, EventSink};
 use crate::isolate::{self, Manifest};
 use crate::report::Report;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, hostscan};
 
 /// `./agentbox-SESSION.patch`, unless the current directory is inside the project (which
 /// `--isolate` promises not to write): then the system's temporary directory.
@@ -123,7 +123,10 @@ impl Session {
         let (set, counts) = write_patch(iso, set, report).await?;
         account(&set, &counts, report);
         if iso.settings.apply {
-            match self.apply(iso, set).await {
+            let mut warnings = Vec::new();
+            let applied = self.apply(iso, set, &mut warnings).await;
+            report.warnings.extend(warnings);
+            match applied {
                 Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
                 Err(e) => {
                     report.apply_error = Some(e);
@@ -136,7 +139,12 @@ impl Session {
 
     /// `--apply`, unless something could not be brought back; inside the run's critical
     /// section, so an interruption waits for it: the project gets all of the changes or none.
-    async fn apply(&self, iso: &Isolation, set: isolate::ChangeSet) -> Result<isolate::Applied, String> {
+    async fn apply(
+        &self,
+        iso: &Isolation,
+        set: isolate::ChangeSet,
+        warnings: &mut Vec<String>,
+    ) -> Result<isolate::Applied, String> {
         let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
         if !missing.is_empty() {
             return Err(format!(
@@ -146,14 +154,89 @@ impl Session {
         }
         let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
         let cleanup = self.cleanup.clone();
-        tokio::task::spawn_blocking(move || {
+        let session = self.sandbox.info().session.clone();
+        let (applied, check) = tokio::task::spawn_blocking(move || {
             let _held = cleanup.critical();
-            isolate::apply(&project, &manifest, &set.changes)
+            // What git on this machine would run or read, as the project is now: a change may
+            // not touch it, nor make a directory a repository.
+            let baseline = hostscan::Baseline::take(&project);
+            if let Err(e) = refuse_git_changes(&project, &baseline.protection, &set.changes) {
+                return (Err(e), None);
+            }
+            let applied = isolate::apply(&project, &manifest, &set.changes).map_err(|e| e.to_string());
+            // And the same check as after a bind-mounted run, should anything have slipped by.
+            let check = applied
+                .is_ok()
+                .then(|| hostscan::check(&project, &baseline, &session));
+            (applied, check)
         })
         .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map_err(|e| e.to_string())?;
+        if let Some(check) = check {
+            *warnings = check.warnings;
+            if check.unresolved {
+                return Err(
+                    "something git would run could not be moved out of the project (see the warnings)".into(),
+                );
+            }
+        }
+        applied
     }
+}
+
+/// Refuse a change set that would touch what git on this machine runs or reads (the hooks
+/// directory, an included config, a script a config names, and the directories above them),
+/// or make a directory look like a git repository (HEAD with objects and refs, or commondir).
+fn refuse_git_changes(
+    project: &std::path::Path,
+    protection: &hostscan::Protection,
+    changes: &[(isolate::Change, Option<isolate::Content>)],
+) -> Result<(), String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut names_after: BTreeMap<std::path::PathBuf, (BTreeSet<std::ffi::OsString>, bool)> = BTreeMap::new();
+    for (ch, content) in changes {
+        let path = ch.path.as_path();
+        if let Some(named) = protection
+            .named
+            .iter()
+            .find(|n| path.starts_with(n) || n.starts_with(path))
+        {
+            return Err(format!(
+                "nothing applied: {} is {} a path git on this machine runs or reads ({}); make that change yourself if you trust it",
+                ch.path,
+                if path.starts_with(named) { "in" } else { "above" },
+                hostscan::quote(named)
+            ));
+        }
+        let dir = path.parent().unwrap_or(std::path::Path::new("")).to_path_buf();
+        let entry = names_after.entry(dir.clone()).or_insert_with(|| {
+            let names: BTreeSet<std::ffi::OsString> = std::fs::read_dir(project.join(&dir))
+                .map(|r| r.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            let before = hostscan::git::names_look_like_git_dir(names.iter().map(|n| n.as_os_str()));
+            (names, before)
+        });
+        if let Some(name) = path.file_name() {
+            if content.is_some() {
+                entry.0.insert(name.to_os_string());
+            } else {
+                entry.0.remove(name);
+            }
+        }
+    }
+    for (dir, (names, before)) in &names_after {
+        if !before && hostscan::git::names_look_like_git_dir(names.iter().map(|n| n.as_os_str())) {
+            return Err(format!(
+                "nothing applied: the changes would make {} look like a git repository to git on this machine",
+                if dir.as_os_str().is_empty() {
+                    "the project".to_string()
+                } else {
+                    hostscan::quote(dir)
+                }
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The patch, written section by section to its file (the report keeps only its start), and

@@ -75,33 +75,60 @@ pub fn is_git_name(name: &OsStr) -> bool {
 
 /// Would git take a directory with these entry names for a git directory? git checks `HEAD`
 /// (a file, or a link into `refs/`, even a dangling one), then `objects/` and `refs/` — found
-/// through `commondir` when there is one, and through links. Names only: the caller has them
-/// from the directory listing already, and a link counts whatever it points at.
-pub fn names_look_like_git_dir<'a>(names: impl IntoIterator<Item = &'a OsStr>) -> bool {
-    let (mut head, mut objects, mut refs, mut commondir) = (false, false, false, false);
-    for n in names {
-        let Some(n) = n.to_str() else { continue };
+/// through `commondir` when there is one, and through links. Names only, seen one at a time as
+/// a directory is listed; a link counts whatever it points at. Case-insensitively, as a
+/// case-insensitive file system would serve them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GitDirShape {
+    head: bool,
+    objects: bool,
+    refs: bool,
+    commondir: bool,
+}
+
+impl GitDirShape {
+    pub fn see(&mut self, name: &OsStr) {
+        let Some(n) = name.to_str() else { return };
         match n.to_ascii_lowercase().as_str() {
-            "head" => head = true,
-            "objects" => objects = true,
-            "refs" => refs = true,
-            "commondir" => commondir = true,
+            "head" => self.head = true,
+            "objects" => self.objects = true,
+            "refs" => self.refs = true,
+            "commondir" => self.commondir = true,
             _ => {}
         }
     }
-    head && ((objects && refs) || commondir)
+
+    pub fn is_git_dir(&self) -> bool {
+        self.head && ((self.objects && self.refs) || self.commondir)
+    }
 }
 
-/// Up to `MAX_CONFIG_BYTES` of `path` if it is a regular file. The final component is not
-/// followed (`O_NOFOLLOW`), a FIFO cannot block us (`O_NONBLOCK`), and the type is checked on
-/// the open descriptor, so a swap between check and read changes nothing.
+pub fn names_look_like_git_dir<'a>(names: impl IntoIterator<Item = &'a OsStr>) -> bool {
+    let mut shape = GitDirShape::default();
+    for n in names {
+        shape.see(n);
+    }
+    shape.is_git_dir()
+}
+
+/// Up to `MAX_CONFIG_BYTES` of `path` if it is a regular file. Nothing else is ever opened
+/// (a FIFO, a device: opening one can block, or act): the type is checked with `lstat` first,
+/// the final component is not followed (`O_NOFOLLOW`), nothing can block or become a
+/// controlling terminal (`O_NONBLOCK`, `O_NOCTTY`), and the open descriptor must be the very
+/// file that was checked.
 pub fn read_small(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let checked = path.symlink_metadata().ok()?;
+    if !checked.is_file() {
+        return None;
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
         .ok()?;
-    if !file.metadata().ok()?.is_file() {
+    let opened = file.metadata().ok()?;
+    if !opened.is_file() || (opened.dev(), opened.ino()) != (checked.dev(), checked.ino()) {
         return None;
     }
     let mut data = Vec::new();
@@ -526,7 +553,8 @@ impl Repo {
                 vec![value]
             } else {
                 value
-                    .split(|c: char| c.is_whitespace() || "'\"`;|&()<>$=".contains(c))
+                    // `!` starts a shell command (`alias.x = !./run.sh`, `credential.helper`).
+                    .split(|c: char| c.is_whitespace() || "'\"`;|&()<>$=!".contains(c))
                     .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains("://"))
                     .collect()
             };
@@ -541,6 +569,35 @@ impl Repo {
         }
         out
     }
+}
+
+/// The repository a project sits in, when it is not one itself (a monorepo's subdirectory): git
+/// run there finds it by walking up, as [`enclosing_repo`] does, and runs its hooks and its
+/// config's commands from its top — which may name paths inside the project.
+pub fn enclosing_repo(project: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = project.metadata().ok()?.dev();
+    let mut dir = project.parent();
+    while let Some(d) = dir {
+        // git stops at a file system boundary unless told otherwise.
+        if d.metadata().ok()?.dev() != dev {
+            return None;
+        }
+        let dot_git = d.join(".git");
+        if dot_git.symlink_metadata().is_ok() {
+            return Some(dot_git);
+        }
+        let names: Vec<std::ffi::OsString> = ["HEAD", "objects", "refs", "commondir"]
+            .iter()
+            .filter(|n| d.join(n).symlink_metadata().is_ok())
+            .map(std::ffi::OsString::from)
+            .collect();
+        if names_look_like_git_dir(names.iter().map(|n| n.as_os_str())) {
+            return Some(d.to_path_buf());
+        }
+        dir = d.parent();
+    }
+    None
 }
 
 /// `path` made relative to `project` lexically (no file system access): `None` when it leaves

@@ -107,20 +107,13 @@ pub fn scan(project: &Path) -> Scan {
             out.unreadable.push(rel_dir);
             continue;
         };
-        let entries: Vec<std::fs::DirEntry> = read.flatten().collect();
-        if !rel_dir.as_os_str().is_empty()
-            && git::names_look_like_git_dir(
-                entries
-                    .iter()
-                    .map(|e| e.file_name())
-                    .collect::<Vec<_>>()
-                    .iter()
-                    .map(|n| n.as_os_str()),
-            )
-        {
-            out.git.insert(rel_dir.clone());
-        }
-        for entry in entries {
+        // Streamed: one directory of millions of entries (hard links cost the sandbox no
+        // inodes) must not be held in memory at once. Whether the directory is shaped like a
+        // git directory is decided from the names seen on the way; the project root included,
+        // for git takes a root with HEAD, objects and refs for a repository too.
+        let mut shape = git::GitDirShape::default();
+        for entry in read.flatten() {
+            shape.see(&entry.file_name());
             let rel = rel_dir.join(entry.file_name());
             let Ok(meta) = entry.path().symlink_metadata() else {
                 continue;
@@ -139,12 +132,15 @@ pub fn scan(project: &Path) -> Scan {
             }
             if ft.is_dir() {
                 stack.push(rel);
-            } else if ft.is_file() && meta.nlink() > 1 {
+            } else if ft.is_file() && meta.nlink() > 1 && inodes.len() < MAX_ENTRIES {
                 let e = inodes
                     .entry((meta.dev(), meta.ino()))
                     .or_insert((meta.nlink(), 0, rel));
                 e.1 += 1;
             }
+        }
+        if shape.is_git_dir() {
+            out.git.insert(rel_dir);
         }
     }
     out.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -192,8 +188,19 @@ pub fn protection(project: &Path, scan: &Scan) -> Protection {
     let mut absent: BTreeSet<PathBuf> = BTreeSet::new();
     let mut active_hooks = Vec::new();
     let mut run_dirs = BTreeSet::new();
-    for g in &scan.git {
-        let entry = project.join(g);
+    let found = scan.git.iter().map(|g| project.join(g));
+    // A project that is no repository of its own may sit in one (a monorepo's subdirectory):
+    // git run there uses that one. It is outside the project, so nothing of it is protected
+    // itself, only what its config names inside.
+    let own_repo = scan.git.iter().any(|g| {
+        g.as_os_str().is_empty() || (g.parent() == Some(Path::new("")) && git::is_git_name(g.as_os_str()))
+    });
+    let enclosing = if own_repo {
+        None
+    } else {
+        git::enclosing_repo(project)
+    };
+    for entry in found.chain(enclosing) {
         named.insert(entry.clone());
         let repo = git::Repo::open(&entry, &user_configs);
         named.extend(repo.git_dir.iter().cloned());
@@ -375,6 +382,9 @@ pub struct HostCheck {
     pub warnings: Vec<String>,
     /// Every path that changed, by the host's own scan.
     pub changes: HostChanges,
+    /// Something git would run could not be moved out of the project: the run must not end
+    /// as a success.
+    pub unresolved: bool,
 }
 
 /// Check a project against its baseline: quarantine git metadata that appeared and protected
@@ -384,7 +394,20 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
     let after = scan(project);
     let mut suspects: BTreeMap<PathBuf, String> = BTreeMap::new();
     for new in after.git.difference(&before.scan.git) {
-        suspects.insert(new.clone(), "git metadata the session created".into());
+        if new.as_os_str().is_empty() {
+            // The project root now looks like a git directory: what makes it one goes (git
+            // needs HEAD, or commondir, to take a directory for a repository).
+            for name in ["HEAD", "commondir"] {
+                if project.join(name).symlink_metadata().is_ok() {
+                    suspects.insert(
+                        name.into(),
+                        "makes the project itself look like a git repository".into(),
+                    );
+                }
+            }
+        } else {
+            suspects.insert(new.clone(), "git metadata the session created".into());
+        }
     }
     let watched = &before.protection.watched;
     for rel in &before.protection.named {
@@ -403,44 +426,69 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
         let Some(changed) = changed_on_the_way else {
             continue;
         };
-        if project.join(rel).symlink_metadata().is_err() {
-            continue;
-        }
         let why = match (changed == rel.as_path(), watched.get(changed)) {
             (true, Some(None)) => "a path git would run or read, which did not exist before".to_string(),
             (true, _) => "a path git would run or read, replaced during the session".to_string(),
             (false, _) => format!(
                 "a path git would run or read, now reached through {} which the session replaced or renamed",
-                changed.display()
+                quote(changed)
             ),
         };
         suspects.entry(rel.clone()).or_insert(why);
     }
+    // A directory the session made unreadable (or planted unreadable) may hide anything: it
+    // goes as a whole.
+    let before_unreadable: BTreeSet<&PathBuf> = before.scan.unreadable.iter().collect();
+    for dir in after.unreadable.iter().filter(|d| !d.as_os_str().is_empty()) {
+        if !before_unreadable.contains(dir) {
+            suspects.insert(
+                dir.clone(),
+                "a directory the session left unreadable, so it cannot be checked for git metadata".into(),
+            );
+        }
+    }
+    // Every suspect is acted on where it really is: if a directory on its way is no longer a
+    // real directory (a link the sandbox made), that link is the suspect, never what it leads
+    // to (the project's own `.git`, or a path outside the project).
+    let suspects: BTreeMap<PathBuf, String> = suspects
+        .into_iter()
+        .filter_map(|(rel, why)| match first_non_directory(project, &rel) {
+            Ok(()) if project.join(&rel).symlink_metadata().is_ok() => Some((rel, why)),
+            Ok(()) => None,
+            Err(link) => Some((link, format!("{why} (reached through it)"))),
+        })
+        .collect();
     // The outermost of nested suspects carries the rest along.
     let all: Vec<PathBuf> = suspects.keys().cloned().collect();
-    suspects.retain(|p, _| !all.iter().any(|q| q != p && p.starts_with(q)));
+    let suspects: BTreeMap<PathBuf, String> = suspects
+        .into_iter()
+        .filter(|(p, _)| !all.iter().any(|q| q != p && p.starts_with(q)))
+        .collect();
 
     let mut warnings = Vec::new();
-    let dest = quarantine::session_dir(session);
+    let mut unresolved = false;
     for (rel, why) in &suspects {
         let shown = quote(rel);
-        match dest
-            .as_ref()
-            .map_err(|e| e.clone())
-            .and_then(|d| quarantine::move_out(project, rel, d).map_err(|e| e.to_string()))
-        {
+        match quarantine::move_out(project, rel, session) {
             Ok(to) => warnings.push(format!(
                 "{shown}: {why}; moved out of the project to {} so that nothing in it runs on your \
                  machine. Inspect it there; move it back only if you trust it",
-                to.display()
+                quote(&to)
             )),
-            Err(e) => warnings.push(format!(
-                "{shown}: {why}, and it could not be moved away ({e}): do not run git in this project \
-                 before inspecting it"
-            )),
+            Err(e) => {
+                unresolved = true;
+                warnings.push(format!(
+                    "{shown}: {why}, and it could not be moved away ({e}): do not run git in this project \
+                     before inspecting it"
+                ));
+            }
         }
     }
-    for dir in after.unreadable.iter().filter(|d| !d.as_os_str().is_empty()) {
+    for dir in after
+        .unreadable
+        .iter()
+        .filter(|d| !d.as_os_str().is_empty() && before_unreadable.contains(d))
+    {
         warnings.push(format!(
             "{} cannot be read, so it was not checked for planted git metadata: inspect it",
             quote(dir)
@@ -453,11 +501,32 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
                 "this repository has git hooks installed ({}); hooks that run the project's own files \
                  (a hook manager's config, `npm test`, a script) run what the session left there. Review \
                  the changes before your next commit, or commit once with `git -c core.hooksPath=/dev/null`",
-                hooks.display()
+                quote(hooks)
             ));
         }
     }
-    HostCheck { warnings, changes }
+    HostCheck {
+        warnings,
+        changes,
+        unresolved,
+    }
+}
+
+/// `Err(prefix)`: the first proper ancestor of `rel` (from the project down) that is not a
+/// real directory now — a link, a file, or missing; `Ok` when every one is a directory.
+fn first_non_directory(project: &Path, rel: &Path) -> Result<(), PathBuf> {
+    let mut cur = PathBuf::new();
+    let parts: Vec<_> = rel.components().collect();
+    for c in parts.iter().take(parts.len().saturating_sub(1)) {
+        cur.push(c);
+        match project.join(&cur).symlink_metadata() {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(cur),
+            // Missing: nothing below it to act on.
+            Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
 }
 
 /// A path for a message: C-quoted as git quotes names, so no name can forge lines.
