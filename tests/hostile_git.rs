@@ -402,3 +402,126 @@ async fn changes_the_diff_cannot_show_are_reported_from_the_hosts_own_scan() {
         "{report}"
     );
 }
+
+/// Found in review: the sandbox renamed a linked worktree inside the project and put a link to
+/// the project's root in its place; the quarantine then followed the link and moved the
+/// project's own `.git` away, leaving a planted bare repository at the root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_in_place_of_a_worktree_is_what_goes_never_what_it_leads_to() {
+    let project = repo(
+        "printf '.worktrees/\\n' > .gitignore && git add .gitignore && git commit -qm ignore && \
+                        git worktree add -q .worktrees/feat -b feat",
+    );
+    let git_before = std::fs::symlink_metadata(project.file(".git")).unwrap();
+    let plant = r#"mv .worktrees/feat .worktrees/feat.old && ln -s .. .worktrees/feat
+printf 'ref: refs/heads/main\n' > HEAD && mkdir -p objects refs/heads
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > config"#;
+    let (run, ran) = through_agentbox(&project, plant, ".", &["status"], &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+    let git_after = std::fs::symlink_metadata(project.file(".git")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (git_before.dev(), git_before.ino()),
+        (git_after.dev(), git_after.ino()),
+        "the project's own .git stays: {}",
+        run.warnings()
+    );
+    assert!(
+        run.quarantined(".worktrees/feat")
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink()),
+        "the link itself is quarantined: {}",
+        run.warnings()
+    );
+    assert!(
+        project.file("HEAD").symlink_metadata().is_err(),
+        "the root's planted HEAD goes"
+    );
+}
+
+/// A project inside a larger repository (a monorepo's subdirectory) with no `.git` of its own:
+/// a bare repository planted at its root, and the enclosing repository's hooks path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_inside_a_repository_is_protected_by_that_repositorys_config() {
+    let make = |hooks: &str| {
+        let mono = repo(&format!(
+            "mkdir -p svc tools && echo x > svc/a.py && echo y > tools/b.py && {hooks} git add -A && git commit -qm svc"
+        ));
+        mono
+    };
+    // (a) The project root made a bare repository.
+    let plant = r#"printf 'ref: refs/heads/main\n' > HEAD && mkdir -p objects refs/heads
+printf '[core]\n\trepositoryformatversion = 0\n\tworktree = .\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > config"#;
+    {
+        let mono = make("");
+        sh(&mono.path().join("svc"), plant);
+        let m = marker();
+        host_git(&mono.path().join("svc"), &m.path, &["status"], None);
+        assert!(
+            m.path.exists(),
+            "control: the planted root repository did not run"
+        );
+    }
+    let mono = make("");
+    let svc = Project {
+        dir: tempfile::TempDir::new_in(mono.path()).unwrap(),
+    };
+    // Run on a subdirectory of the repository: the temporary one inside it.
+    sh(svc.path(), "echo x > a.py");
+    svc.chown_all();
+    let (run, ran) = through_agentbox(&svc, plant, ".", &["status"], &[], None).await;
+    assert!(!ran, "{}", run.warnings());
+
+    // (b) The enclosing repository's core.hooksPath names a directory inside the project.
+    let hooks = "git config core.hooksPath tools/git-hooks &&";
+    let plant = commit_after(&format!(
+        "mkdir -p git-hooks && {HOOK} > git-hooks/pre-commit && chmod +x git-hooks/pre-commit"
+    ))
+    .replace("a.py", "b.py");
+    {
+        let mono = make(hooks);
+        sh(&mono.path().join("tools"), &plant);
+        let m = marker();
+        host_git(mono.path(), &m.path, COMMIT, None);
+        assert!(
+            m.path.exists(),
+            "control: the enclosing repository's hook did not run"
+        );
+    }
+    let mono = make(hooks);
+    let tools = Project {
+        dir: tempfile::TempDir::new_in(mono.path()).unwrap(),
+    };
+    // The hooks path is relative to the enclosing repository's top: point it at this project.
+    let rel = tools.path().file_name().unwrap().to_str().unwrap().to_string();
+    sh(mono.path(), &format!("git config core.hooksPath {rel}/git-hooks"));
+    sh(tools.path(), "echo y > b.py");
+    tools.chown_all();
+    let (run, _) = through_agentbox(&tools, &plant, ".", &["status"], &[], None).await;
+    let m = marker();
+    sh(mono.path(), "git add -A");
+    host_git(mono.path(), &m.path, COMMIT, None);
+    assert!(
+        !m.path.exists(),
+        "the enclosing repository's hook ran: {}",
+        run.warnings()
+    );
+    assert!(run.quarantined("git-hooks").is_dir(), "{}", run.warnings());
+}
+
+/// `alias.st = !./scripts/st.sh`: the script a `!` command runs is protected like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_that_bang_commands_run_are_read_only() {
+    let setup = "mkdir -p scripts && printf '#!/bin/sh\\nexit 0\\n' > scripts/st.sh && chmod +x scripts/st.sh && \
+                 git add scripts && git commit -qm st && git config alias.st '!./scripts/st.sh'";
+    let plant = r#"printf '#!/bin/sh\ntouch "$MARK"\n' > scripts/st.sh"#;
+    control(setup, plant, ".", &["st"], None);
+    let project = repo(setup);
+    let (run, ran) = through_agentbox(&project, plant, ".", &["st"], &[], None).await;
+    assert!(!ran, "{}", run.result(0).1);
+    assert!(
+        run.result(0).1.contains("Read-only file system"),
+        "{}",
+        run.result(0).1
+    );
+}
