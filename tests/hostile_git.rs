@@ -444,10 +444,9 @@ printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_inside_a_repository_is_protected_by_that_repositorys_config() {
     let make = |hooks: &str| {
-        let mono = repo(&format!(
+        repo(&format!(
             "mkdir -p svc tools && echo x > svc/a.py && echo y > tools/b.py && {hooks} git add -A && git commit -qm svc"
-        ));
-        mono
+        ))
     };
     // (a) The project root made a bare repository.
     let plant = r#"printf 'ref: refs/heads/main\n' > HEAD && mkdir -p objects refs/heads
