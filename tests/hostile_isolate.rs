@@ -592,3 +592,81 @@ async fn names_are_quoted_as_git_does_in_the_patch_and_the_changes() {
         assert!(!exists(&dir.join("INJECTED")) && !exists(&dir.join("inj")));
     }
 }
+
+/// Found in review: `--apply` used to write what git on the host runs or reads — a hook in the
+/// configured hooks directory, a config the repository includes, a directory made into a bare
+/// repository. Each is refused now, nothing is applied, and git on the host runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_what_git_on_the_host_would_run() {
+    let marker_dir = tempfile::tempdir().unwrap();
+    let mark = marker_dir.path().join("PWNED");
+    let hook = r#"printf '#!/bin/sh\ntouch "$MARK"\n'"#;
+    let cases = [
+        (
+            "mkdir -p .husky/_ && git config core.hooksPath .husky/_",
+            format!("{hook} > .husky/_/pre-commit && chmod +x .husky/_/pre-commit && echo y >> app.py"),
+            vec!["commit", "-qam", "x"],
+        ),
+        (
+            "touch .gitconfig && git config include.path ../.gitconfig",
+            r#"printf '[core]\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' >> .gitconfig && echo y >> app.py"#.to_string(),
+            vec!["status"],
+        ),
+        (
+            "mkdir -p src && echo a > src/a.py",
+            r#"cd src && printf 'ref: refs/heads/main\n' > HEAD && mkdir -p objects refs/heads && touch objects/.keep refs/heads/main && printf '[core]\n\tworktree = ..\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > config"#.to_string(),
+            vec!["status"],
+        ),
+    ];
+    for (setup, plant, host_git_args) in cases {
+        let project = Project::new(&[("app.py", "x = 1\n")]);
+        let out = std::process::Command::new("sh")
+            .args(["-ec", &format!("git init -q && {setup} && git add -A && git -c user.name=t -c user.email=t@t commit -qm init")])
+            .current_dir(project.path())
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "safe.directory")
+            .env("GIT_CONFIG_VALUE_0", "*")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{setup}: {}", text(&out.stderr));
+        project.chown_all();
+        let before = tree(project.path());
+        let run = isolated(
+            &project,
+            json!([{"tool_calls": [bash(&plant)]}, {"text": "done"}]),
+            &["--apply"],
+        )
+        .await;
+        assert_eq!(run.code, Some(4), "{setup}: {}\n{}", run.report, run.stderr);
+        assert!(
+            run.report["apply_error"].to_string().contains("git"),
+            "{setup}: {}",
+            run.report["apply_error"]
+        );
+        assert_eq!(tree(project.path()), before, "{setup}: nothing was applied");
+        let sub = if setup.contains("src/a.py") {
+            project.file("src")
+        } else {
+            project.path().to_path_buf()
+        };
+        let _ = std::process::Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+            ])
+            .args(&host_git_args)
+            .current_dir(sub)
+            .env("MARK", &mark)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(
+            !mark.exists(),
+            "{setup}: git on the host ran what the sandbox wrote"
+        );
+    }
+}

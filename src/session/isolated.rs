@@ -208,20 +208,25 @@ fn refuse_git_changes(
                 hostscan::quote(named)
             ));
         }
-        let dir = path.parent().unwrap_or(std::path::Path::new("")).to_path_buf();
-        let entry = names_after.entry(dir.clone()).or_insert_with(|| {
-            let names: BTreeSet<std::ffi::OsString> = std::fs::read_dir(project.join(&dir))
-                .map(|r| r.flatten().map(|e| e.file_name()).collect())
-                .unwrap_or_default();
-            let before = hostscan::git::names_look_like_git_dir(names.iter().map(|n| n.as_os_str()));
-            (names, before)
-        });
-        if let Some(name) = path.file_name() {
-            if content.is_some() {
-                entry.0.insert(name.to_os_string());
-            } else {
-                entry.0.remove(name);
+        // Every directory on the way gets the name below it (a new `objects/` comes with the
+        // file inside it); the changed path itself is added, or removed when deleted.
+        let mut child = path;
+        while let Some(dir) = child.parent() {
+            let entry = names_after.entry(dir.to_path_buf()).or_insert_with(|| {
+                let names: BTreeSet<std::ffi::OsString> = std::fs::read_dir(project.join(dir))
+                    .map(|r| r.flatten().map(|e| e.file_name()).collect())
+                    .unwrap_or_default();
+                let before = hostscan::git::names_look_like_git_dir(names.iter().map(|n| n.as_os_str()));
+                (names, before)
+            });
+            if let Some(name) = child.file_name() {
+                if child != path || content.is_some() {
+                    entry.0.insert(name.to_os_string());
+                } else {
+                    entry.0.remove(name);
+                }
             }
+            child = dir;
         }
     }
     for (dir, (names, before)) in &names_after {

@@ -394,16 +394,21 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
     let after = scan(project);
     let mut suspects: BTreeMap<PathBuf, String> = BTreeMap::new();
     for new in after.git.difference(&before.scan.git) {
-        if new.as_os_str().is_empty() {
-            // The project root now looks like a git directory: what makes it one goes (git
-            // needs HEAD, or commondir, to take a directory for a repository).
-            for name in ["HEAD", "commondir"] {
-                if project.join(name).symlink_metadata().is_ok() {
-                    suspects.insert(
-                        name.into(),
-                        "makes the project itself look like a git repository".into(),
-                    );
-                }
+        let existed = new.as_os_str().is_empty()
+            || before
+                .scan
+                .entries
+                .binary_search_by(|(p, _)| p.as_path().cmp(new.as_path()))
+                .is_ok();
+        if existed && !new.file_name().is_some_and(git::is_git_name) {
+            // A directory the project had (its root, `src/`) now looks like a git directory:
+            // only what makes it one goes — git needs HEAD (or commondir) to take a directory
+            // for a repository — and the project's own files stay.
+            for name in defusing_entries(&project.join(new)) {
+                suspects.insert(
+                    new.join(name),
+                    "makes a directory of the project look like a git repository".into(),
+                );
             }
         } else {
             suspects.insert(new.clone(), "git metadata the session created".into());
@@ -510,6 +515,22 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
         changes,
         unresolved,
     }
+}
+
+/// The entries named HEAD or commondir, in any case, in `dir`.
+fn defusing_entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name())
+                .filter(|n| {
+                    n.to_str().is_some_and(|n| {
+                        n.eq_ignore_ascii_case("head") || n.eq_ignore_ascii_case("commondir")
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `Err(prefix)`: the first proper ancestor of `rel` (from the project down) that is not a
@@ -751,6 +772,55 @@ mod tests {
             let names: Vec<_> = std::fs::read_dir(root.join("vendor")).unwrap().collect();
             assert!(names.is_empty(), "nothing left for a link to reach");
         })
+    }
+
+    #[test]
+    fn a_directory_of_the_project_made_a_repository_loses_only_its_head() {
+        with_data_dir(|data| {
+            let p = tempfile::tempdir().unwrap();
+            let root = p.path();
+            std::fs::create_dir_all(root.join("src")).unwrap();
+            std::fs::write(root.join("src/a.py"), "mine").unwrap();
+            let before = Baseline::take(root);
+            for d in ["src/objects", "src/refs", "objects", "refs"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            std::fs::write(root.join("src/HEAD"), "ref: refs/heads/main").unwrap();
+            std::fs::write(root.join("HEAD"), "ref: refs/heads/main").unwrap();
+            let check = check(root, &before, "s5");
+            assert_eq!(std::fs::read_to_string(root.join("src/a.py")).unwrap(), "mine");
+            assert!(
+                !root.join("src/HEAD").exists() && !root.join("HEAD").exists(),
+                "{:?}",
+                check.warnings
+            );
+            assert!(data.join("quarantine/s5/src/HEAD").is_file());
+            assert!(!check.unresolved);
+        })
+    }
+
+    #[test]
+    fn on_another_file_system_the_quarantine_is_next_to_the_project() {
+        // /dev/shm is a tmpfs: never the file system of a project in a temporary directory.
+        let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let p = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata(shm.path()).unwrap().dev() == std::fs::metadata(p.path()).unwrap().dev() {
+            return;
+        }
+        quarantine::set_test_root(shm.path());
+        let project = p.path().join("proj");
+        std::fs::create_dir_all(project.join("sub")).unwrap();
+        let before = Baseline::take(&project);
+        std::fs::create_dir_all(project.join("sub/.git")).unwrap();
+        let session = format!("s6-{}", std::process::id());
+        let check = check(&project, &before, &session);
+        let holding = p.path().join(".agentbox-quarantine").join(&session);
+        assert!(holding.join("sub/.git").is_dir(), "{:?}", check.warnings);
+        assert!(!project.join("sub/.git").exists());
+        assert!(!check.unresolved);
     }
 
     #[test]
