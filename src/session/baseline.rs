@@ -56,29 +56,19 @@ exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames "$bas
     )
 }
 
-/// Snapshot the project as it is now. An error here only costs the diff, not the run.
-pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
-    let req = ExecRequest::argv(["/bin/sh", "-c", &snapshot_script()], timeout).capture(8192, 8192);
-    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
-    if out.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the snapshot failed ({}): {}",
-            out.status_line(),
-            out.stderr.to_text().trim()
-        ))
-    }
-}
-
-/// The unified diff against the snapshot, up to `max_bytes` (then cut, and marked).
-pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) -> Result<String, String> {
-    let req =
-        ExecRequest::argv(["/bin/sh", "-c", &diff_script(), "sh", "patch"], timeout).capture(max_bytes, 0);
+/// Run one of the scripts; its output (kept as `capture` says), or what failed, said as `what`.
+async fn run(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+    argv: &[&str],
+    (head, tail): (usize, usize),
+    what: &str,
+) -> Result<String, String> {
+    let req = ExecRequest::argv(argv.iter().copied(), timeout).capture(head, tail);
     let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
     if !out.success() {
         return Err(format!(
-            "git diff failed ({}): {}",
+            "{what} failed ({}): {}",
             out.status_line(),
             out.stderr.to_text().trim()
         ));
@@ -86,19 +76,42 @@ pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) ->
     Ok(out.stdout.to_text())
 }
 
+/// Snapshot the project as it is now. An error here only costs the diff, not the run.
+pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
+    run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &snapshot_script()],
+        (8192, 8192),
+        "the snapshot",
+    )
+    .await
+    .map(drop)
+}
+
+/// The unified diff against the snapshot, up to `max_bytes` (then cut, and marked).
+pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) -> Result<String, String> {
+    run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &diff_script(), "sh", "patch"],
+        (max_bytes, 0),
+        "git diff",
+    )
+    .await
+}
+
 /// Files changed since the snapshot, with line counts (`None` for binary files).
 pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<ChangedFile>, String> {
-    let req =
-        ExecRequest::argv(["/bin/sh", "-c", &diff_script(), "sh", "numstat"], timeout).capture(1 << 20, 0);
-    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
-    if !out.success() {
-        return Err(format!(
-            "git diff failed ({}): {}",
-            out.status_line(),
-            out.stderr.to_text().trim()
-        ));
-    }
-    Ok(parse_numstat(&out.stdout.to_text()))
+    let numstat = run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &diff_script(), "sh", "numstat"],
+        (1 << 20, 0),
+        "git diff",
+    )
+    .await?;
+    Ok(parse_numstat(&numstat))
 }
 
 /// Put the project back as it was at the snapshot (for a fresh attempt): files changed are
@@ -108,19 +121,15 @@ pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), Strin
         "set -e\n{env}git add -A 2>/dev/null\ngit read-tree -u --reset \"$(cat \"$GIT_DIR/BASELINE\")\"\n",
         env = env_prefix()
     );
-    let out = sandbox
-        .exec(ExecRequest::argv(["/bin/sh", "-c", &script], timeout).capture(8192, 8192))
-        .await
-        .map_err(|e| e.to_string())?;
-    if out.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "resetting the project failed ({}): {}",
-            out.status_line(),
-            out.stderr.to_text().trim()
-        ))
-    }
+    run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &script],
+        (8192, 8192),
+        "resetting the project",
+    )
+    .await
+    .map(drop)
 }
 
 pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {
