@@ -524,3 +524,71 @@ async fn scripts_that_bang_commands_run_are_read_only() {
         run.result(0).1
     );
 }
+
+/// Found in review: run as the project's owner (not root, who reads everything), agentbox
+/// could not read a directory the session made execute-only, and planted git metadata inside
+/// it stayed. A directory the session left unreadable now goes as a whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_the_session_made_unreadable_goes_as_a_whole() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let project = repo("");
+    let plant = r#"mkdir -p sub/hid/.git/objects sub/hid/.git/refs && echo 'ref: refs/heads/main' > sub/hid/.git/HEAD
+printf '[core]\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > sub/hid/.git/config && chmod 311 sub && echo planted"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if is_root() {
+        // The owner's own data directory is where its quarantine goes.
+        std::os::unix::fs::chown(dir.path(), Some(TEST_UID), Some(TEST_UID)).unwrap();
+    }
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!([{"tool_calls": [bash(plant)]}, {"text": "done"}]).to_string(),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    // As the owner: root would read the directory whatever its mode.
+    let mut cmd = if is_root() {
+        let docker_gid = std::fs::metadata("/var/run/docker.sock")
+            .map(|m| m.gid())
+            .unwrap_or(0);
+        let mut c = Command::new("setpriv");
+        c.args([
+            format!("--reuid={TEST_UID}"),
+            format!("--regid={TEST_UID}"),
+            format!("--groups={docker_gid}"),
+        ])
+        .arg(env!("CARGO_BIN_EXE_agentbox"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_agentbox"))
+    };
+    let out = cmd
+        .args([
+            "run",
+            "--json",
+            "--provider",
+            "scripted",
+            "--test-cmd",
+            "true",
+            "--script",
+        ])
+        .arg(&script)
+        .arg(project.path())
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let warnings = report["warnings"].to_string();
+    assert!(
+        warnings.contains("left unreadable"),
+        "{warnings}\n{}",
+        text(&out.stderr)
+    );
+    assert!(project.file("sub").symlink_metadata().is_err(), "{warnings}");
+    let session = report["session"].as_str().unwrap_or_default();
+    assert!(data.join("quarantine").join(session).join("sub").is_dir());
+}
