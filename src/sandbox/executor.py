@@ -359,6 +359,15 @@ def run(req):
         resp["elapsed"] = time.monotonic() - started
         return resp
     argv = req["argv"]
+    # The `bash` tool's command line. The host's argv, for one exec per call, is
+    # `/bin/sh -c 'exec 2>&1; exec bash -c "$1"' sh COMMAND`; here the same bash gets the same
+    # single pipe for stdout and stderr directly, one exec (about a millisecond) fewer.
+    merge = False
+    if native and native.get("op") == "shell":
+        args = native.get("args")
+        if isinstance(args, list) and len(args) == 1 and isinstance(args[0], str):
+            argv = ["bash", "-c", args[0]]
+            merge = True
     timeout = float(req.get("timeout", 120))
     stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
     out = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
@@ -374,7 +383,7 @@ def run(req):
             env=env,
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
             start_new_session=True,
         )
     except OSError as e:
@@ -384,10 +393,10 @@ def run(req):
         return {"spawn_error": f"{argv[0] if argv else ''}: {e}", "errno": None}
 
     sel = selectors.DefaultSelector()
-    os.set_blocking(proc.stdout.fileno(), False)
-    os.set_blocking(proc.stderr.fileno(), False)
-    sel.register(proc.stdout.fileno(), selectors.EVENT_READ, out)
-    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, err)
+    pipes = [(proc.stdout, out)] + ([] if proc.stderr is None else [(proc.stderr, err)])
+    for pipe, capture in pipes:
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe.fileno(), selectors.EVENT_READ, capture)
     pending = memoryview(stdin_data) if stdin_data is not None else None
     if pending is not None:
         os.set_blocking(proc.stdin.fileno(), False)
@@ -409,7 +418,7 @@ def run(req):
     timed_out = False
     swept = False
     drain_until = None
-    streams = {proc.stdout.fileno(), proc.stderr.fileno()}
+    streams = {pipe.fileno() for pipe, _ in pipes}
     while True:
         now = time.monotonic()
         reap(proc)
@@ -484,8 +493,8 @@ def run(req):
             proc.stdin.close()
         except OSError:
             pass
-    proc.stdout.close()
-    proc.stderr.close()
+    for pipe, _ in pipes:
+        pipe.close()
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     code = proc.wait()
