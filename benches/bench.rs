@@ -4,7 +4,8 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick]   ("quick" runs fewer iterations)
+//! Usage: cargo bench --bench bench [-- quick [loop]]   ("quick" runs fewer iterations,
+//! "loop" only the tools-through-the-loop rows)
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;
@@ -609,6 +610,316 @@ fn eval_throughput() {
     }
 }
 
+const PIPELINE: &str = "printf 'b\\na\\nc\\n' | sort | head -n 2";
+const TEST_COMMAND: &str = "python3 -m pytest -q -p no:cacheprovider";
+
+/// Writes the trajectory, as `agentbox run` does, and times every tool call from `ToolStarted`
+/// to `ToolFinished`: the tool itself, with the loop's own work (the model turn, the message
+/// list, the events) left outside.
+struct ToolTimer {
+    trajectory: agentbox::events::TrajectoryWriter,
+    started: std::sync::Mutex<Option<Instant>>,
+    inside: std::sync::Mutex<Vec<f64>>,
+}
+
+impl EventSink for ToolTimer {
+    fn emit(&self, e: &Event<'_>) {
+        self.trajectory.emit(e);
+        match e {
+            Event::ToolStarted { .. } => *self.started.lock().unwrap() = Some(Instant::now()),
+            Event::ToolFinished { .. } => {
+                if let Some(t) = self.started.lock().unwrap().take() {
+                    self.inside.lock().unwrap().push(ms(t.elapsed()));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One agent run in-process: one turn of `calls`, then an answer. Wall time, and the time
+/// inside the tool calls (from the events).
+async fn agent_run(sb: &DockerSandbox, settings: &ToolSettings, calls: &[serde_json::Value]) -> (f64, f64) {
+    let script = json!({"turns": [{"tool_calls": calls}, {"text": "done"}]}).to_string();
+    let model = Scripted::from_json(&script, "bench").unwrap();
+    let tools = ToolRegistry::standard(true, false);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let timer = ToolTimer {
+        trajectory: agentbox::events::TrajectoryWriter::create(
+            file.path(),
+            agentbox::events::Redactor::new(Vec::new()),
+        )
+        .unwrap(),
+        started: Default::default(),
+        inside: Default::default(),
+    };
+    let agent = Agent {
+        model: &model,
+        tools: &tools,
+        ctx: ToolContext {
+            sandbox: sb,
+            settings,
+            approver: None,
+        },
+        events: &timer,
+        config: AgentConfig {
+            max_steps: 5,
+            max_calls_per_turn: calls.len().max(64),
+            ..Default::default()
+        },
+        system: String::new(),
+    };
+    let mut messages = vec![Message::user_text("go")];
+    let t = Instant::now();
+    let r = agent.run(&mut messages).await;
+    let wall = ms(t.elapsed());
+    assert_eq!(r.steps, 2, "{:?}", r.stop);
+    // Every call must have run: none answered with an error (a refused or "not run" call costs
+    // nothing and would look fast).
+    for m in &messages {
+        for b in &m.content {
+            if let agentbox::model::Block::ToolResult(res) = b {
+                assert!(!res.is_error, "{}", res.content);
+            }
+        }
+    }
+    let inside: f64 = timer.inside.lock().unwrap().iter().sum();
+    (wall, inside)
+}
+
+/// Each tool through the whole loop with the scripted provider: a turn of N identical calls
+/// minus a turn of one, divided by N-1 (the model turns and the session cancel out), median of
+/// `repeats`; next to the same requests straight to the sandbox (no loop), the executor round
+/// trip of `true`, and the nearest `docker exec` through the CLI, all in this run.
+async fn through_the_loop(n: usize, repeats: usize) {
+    let dir = project_with(&[
+        ("app.py", b"def add(a, b):\n    return a + b\n".to_vec()),
+        ("data.txt", b"alpha\nbeta\ngamma\n".to_vec()),
+        ("edit.txt", b"alpha\n".to_vec()),
+        (
+            "test_app.py",
+            b"from app import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n".to_vec(),
+        ),
+    ]);
+    let sb = sandbox(dir.path(), false).await;
+    let settings = ToolSettings {
+        test_command: Some(TEST_COMMAND.into()),
+        ..Default::default()
+    };
+    let ctx = ToolContext {
+        sandbox: &sb,
+        settings: &settings,
+        approver: None,
+    };
+    let ws = agentbox::workspace::Workspace::new(&sb);
+    let cid = sb.info().container_id.clone();
+    let uid = format!("{}:{}", sb.info().uid, sb.info().gid);
+    let cli = cli_available();
+    let docker_exec = |argv: &[&str]| {
+        let mut c = Command::new("docker");
+        c.args(["exec", "-u", &uid, "-w", "/workspace", &cid]).args(argv);
+        c
+    };
+    let few = (n / 4).max(5);
+
+    // The floor every row is compared with: the executor round trip of `true`.
+    let (mut xs, mut inner) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = sb
+            .exec(ExecRequest::argv(["true"], Duration::from_secs(30)))
+            .await
+            .unwrap();
+        xs.push(ms(t.elapsed()));
+        inner.push(ms(out.elapsed));
+    }
+    let floor = stats(xs);
+    row(
+        "loop: `true` round trip, executor only (the floor)",
+        &floor,
+        "ms",
+        "",
+    );
+    row(
+        "      of which in the container: spawn → exit → sweep",
+        &stats(inner),
+        "ms",
+        "the executor's own timer",
+    );
+    // What the after-command sweep costs, timed in the container by a process of the sandbox
+    // user doing the same work (signal 0 instead of SIGKILL, and no waitpid).
+    let probe = "import os,time\nme=os.getpid();uid=os.getuid()\ndef sweep():\n    try: os.kill(-1,0)\n    except OSError: pass\n    n=0\n    for p in os.listdir('/proc'):\n        if not p.isdigit() or int(p) in (1,me): continue\n        try:\n            if os.stat('/proc/'+p).st_uid!=uid: continue\n            open('/proc/'+p+'/stat','rb').read()\n        except OSError: pass\n    return n\nsweep()\nt=time.perf_counter()\nfor _ in range(200): sweep()\nprint((time.perf_counter()-t)/200*1000)\n";
+    let out = sb
+        .exec(ExecRequest::argv(
+            ["python3", "-c", probe],
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap();
+    let sweep_ms: f64 = out.stdout.to_text().trim().parse().unwrap_or(f64::NAN);
+    row(
+        "      of which the sweep (one round, idle sandbox)",
+        &Stats {
+            median: sweep_ms,
+            p90: sweep_ms,
+        },
+        "ms",
+        "timed in the container",
+    );
+
+    type Direct<'a> = Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = f64> + 'a>> + 'a>;
+    let shell_direct = |cmd: &'static str| -> Direct<'_> {
+        let ctx = &ctx;
+        Box::new(move || {
+            Box::pin(async move {
+                let t = Instant::now();
+                let out = ctx.shell(cmd).await.unwrap();
+                assert!(out.success());
+                ms(t.elapsed())
+            })
+        })
+    };
+    let ws_ref = &ws;
+    // (label, the calls of one round, the same requests without the loop, the nearest
+    // `docker exec`, how many calls)
+    type Case<'a> = (
+        &'static str,
+        Vec<serde_json::Value>,
+        Direct<'a>,
+        Option<Command>,
+        usize,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "bash `true`",
+            vec![json!({"name": "bash", "arguments": {"command": "true"}})],
+            shell_direct("true"),
+            Some(docker_exec(&["bash", "-c", "true"])),
+            n,
+        ),
+        (
+            "bash, a small pipeline",
+            vec![json!({"name": "bash", "arguments": {"command": PIPELINE}})],
+            shell_direct(PIPELINE),
+            Some(docker_exec(&["bash", "-c", PIPELINE])),
+            n,
+        ),
+        (
+            "list_files (4 files)",
+            vec![json!({"name": "list_files", "arguments": {}})],
+            Box::new(move || {
+                Box::pin(async move {
+                    let t = Instant::now();
+                    ws_ref.list(".", 500).await.unwrap();
+                    ms(t.elapsed())
+                })
+            }),
+            Some(docker_exec(&["rg", "--files", "--sort", "path"])),
+            n,
+        ),
+        (
+            "search (one match)",
+            vec![json!({"name": "search", "arguments": {"pattern": "gamma"}})],
+            Box::new(move || {
+                Box::pin(async move {
+                    let t = Instant::now();
+                    ws_ref.search("gamma", ".", 200).await.unwrap();
+                    ms(t.elapsed())
+                })
+            }),
+            Some(docker_exec(&["rg", "-n", "--sort", "path", "gamma"])),
+            n,
+        ),
+        (
+            "read_file (3 lines)",
+            vec![json!({"name": "read_file", "arguments": {"path": "data.txt"}})],
+            Box::new(move || {
+                Box::pin(async move {
+                    let t = Instant::now();
+                    ws_ref.read("data.txt", 1 << 20).await.unwrap();
+                    ms(t.elapsed())
+                })
+            }),
+            Some(docker_exec(&["cat", "data.txt"])),
+            n,
+        ),
+        (
+            "edit_file (read, replace, write)",
+            // Identical in cost, alternating so that each one succeeds.
+            vec![
+                json!({"name": "edit_file", "arguments": {"path": "edit.txt", "old": "alpha", "new": "beta"}}),
+                json!({"name": "edit_file", "arguments": {"path": "edit.txt", "old": "beta", "new": "alpha"}}),
+            ],
+            Box::new(move || {
+                Box::pin(async move {
+                    let t = Instant::now();
+                    let f = ws_ref.read("edit.txt", 1 << 20).await.unwrap();
+                    ws_ref.replace("edit.txt", f.data).await.unwrap();
+                    ms(t.elapsed())
+                })
+            }),
+            Some(docker_exec(&[
+                "sh",
+                "-c",
+                "cat edit.txt > .e.tmp && mv .e.tmp edit.txt",
+            ])),
+            n,
+        ),
+        (
+            "run_tests (one passing pytest test)",
+            vec![json!({"name": "run_tests", "arguments": {}})],
+            shell_direct(TEST_COMMAND),
+            Some(docker_exec(&["bash", "-c", TEST_COMMAND])),
+            few,
+        ),
+    ];
+    for (label, pattern, direct, cmd, calls) in cases {
+        let calls = calls.max(3);
+        let many: Vec<serde_json::Value> = (0..calls).map(|i| pattern[i % pattern.len()].clone()).collect();
+        let one = &many[..pattern.len()];
+        let mut per_call = Vec::new();
+        let mut inside = Vec::new();
+        for _ in 0..repeats {
+            let (w1, i1) = agent_run(&sb, &settings, one).await;
+            let (wn, i_n) = agent_run(&sb, &settings, &many).await;
+            let extra = (many.len() - one.len()) as f64;
+            per_call.push((wn - w1) / extra);
+            inside.push((i_n - i1) / extra);
+        }
+        let mut xs = Vec::new();
+        for _ in 0..calls {
+            xs.push(direct().await);
+        }
+        let looped = stats(per_call);
+        let direct = stats(xs);
+        let note = format!(
+            "{:.1}× the floor; in the tool (started→finished) {:.2}; its requests alone {:.2}",
+            looped.median / floor.median,
+            stats(inside).median,
+            direct.median
+        );
+        row(&format!("loop: {label}"), &looped, "ms", &note);
+        if cli && let Some(cmd) = cmd {
+            let s = time_cmd(
+                calls.min(n / 2).max(3),
+                || {
+                    let mut c = Command::new(cmd.get_program());
+                    c.args(cmd.get_args());
+                    c
+                },
+                None,
+            );
+            row(
+                "      `docker exec` through the CLI, the nearest command",
+                &s,
+                "ms",
+                "",
+            );
+        }
+    }
+    sb.shutdown().await.unwrap();
+}
+
 #[tokio::main]
 async fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -640,6 +951,11 @@ async fn main() {
         "-".repeat(11),
         "-".repeat(11)
     );
+    through_the_loop(if quick { 40 } else { 100 }, if quick { 3 } else { 5 }).await;
+    // `-- quick loop`: only the rows above, for working on them.
+    if args.iter().any(|a| a == "loop") {
+        return;
+    }
     round_trips(n).await;
     startup(starts).await;
     load_and_flood(repeats);

@@ -59,8 +59,8 @@ const LIST: &str = r#"[ -e "$p" ] || exit $E_NOT_FOUND
 [ -d "$p" ] || { printf '%s\n' "$rel"; echo "total=1" >&2; exit 0; }
 if command -v rg >/dev/null 2>&1; then
   set -- "$2" "$rel"
-  { if [ "$2" = . ]; then rg --files --hidden --no-require-git --sort path --no-messages $GLOBS
-    else rg --files --hidden --no-require-git --sort path --no-messages $GLOBS -- "$2"; fi
+  { if [ "$2" = . ]; then rg $RG_LIST $GLOBS
+    else rg $RG_LIST $GLOBS -- "$2"; fi
   } | awk -v max="$1" 'NR <= max { print } END { print "total=" NR > "/dev/stderr" }'
 else
   set -- "$2" "$rel"
@@ -73,11 +73,46 @@ const SEARCH: &str = r#"[ -e "$p" ] || exit $E_NOT_FOUND
 command -v rg >/dev/null 2>&1 || { echo "ripgrep (rg) is not installed in the sandbox image" >&2; exit $E_NO_RIPGREP; }
 max=$3
 if [ "$rel" = . ]; then set -- "$2"; else set -- "$2" -- "$rel"; fi
-{ rg --line-number --no-heading --with-filename --color never --hidden --no-require-git \
-     --max-columns 300 --max-columns-preview --max-filesize 5M --sort path $GLOBS \
-     -e "$@"; echo "rg=$?" >&2; } \
+{ rg $RG_SEARCH $GLOBS -e "$@"; echo "rg=$?" >&2; } \
   | awk -v max="$max" 'NR <= max { print } END { print "total=" NR > "/dev/stderr" }'
 "#;
+
+/// ripgrep's flags for the list and search scripts, and for the executor, which spawns ripgrep
+/// itself (`executor.py`, `rg_native`). None needs quoting.
+const RG_LIST: &[&str] = &[
+    "--files",
+    "--hidden",
+    "--no-require-git",
+    "--sort",
+    "path",
+    "--no-messages",
+];
+const RG_SEARCH: &[&str] = &[
+    "--line-number",
+    "--no-heading",
+    "--with-filename",
+    "--color",
+    "never",
+    "--hidden",
+    "--no-require-git",
+    "--max-columns",
+    "300",
+    "--max-columns-preview",
+    "--max-filesize",
+    "5M",
+    "--sort",
+    "path",
+];
+
+/// The executor's `list` or `search`: the path, the line limit, then ripgrep's whole command
+/// line (the path to search is appended in the container, once resolved).
+fn rg_native(op: &'static str, path: &str, max: usize, flags: &[&str], extra: &[&str]) -> NativeOp {
+    let mut args = vec![path.to_string(), max.to_string(), "rg".to_string()];
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args.extend(skipped_dirs().flat_map(|d| ["-g".to_string(), format!("!{d}")]));
+    args.extend(extra.iter().map(|a| a.to_string()));
+    NativeOp { op, args }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -155,6 +190,17 @@ pub struct Workspace<'a> {
     timeout: Duration,
 }
 
+/// The executor's in-process `read` or `write`: the script's own arguments.
+fn native_op(op: &'static str, path: &str, args: &[&str]) -> NativeOp {
+    NativeOp {
+        op,
+        args: std::iter::once(path)
+            .chain(args.iter().copied())
+            .map(str::to_string)
+            .collect(),
+    }
+}
+
 fn globs() -> String {
     skipped_dirs()
         .map(|d| format!("-g '!{d}'"))
@@ -180,7 +226,7 @@ impl<'a> Workspace<'a> {
     async fn script(
         &self,
         body: &str,
-        native: Option<&'static str>,
+        native: Option<NativeOp>,
         path: &str,
         args: &[&str],
         stdin: Option<Vec<u8>>,
@@ -189,6 +235,8 @@ impl<'a> Workspace<'a> {
         check_path(path)?;
         let script = format!("{}{RESOLVE}{body}", fsop::shell_preamble())
             .replace("$GLOBS", &globs())
+            .replace("$RG_LIST", &RG_LIST.join(" "))
+            .replace("$RG_SEARCH", &RG_SEARCH.join(" "))
             .replace("$PRUNE", &prune());
         let mut argv = vec![
             "/bin/sh".to_string(),
@@ -200,13 +248,7 @@ impl<'a> Workspace<'a> {
         argv.extend(args.iter().map(|a| a.to_string()));
         let mut req = ExecRequest::argv(argv, self.timeout).capture(head, 0);
         req.workdir = Some(WORKSPACE.into());
-        req.native = native.map(|op| NativeOp {
-            op,
-            args: std::iter::once(path)
-                .chain(args.iter().copied())
-                .map(str::to_string)
-                .collect(),
-        });
+        req.native = native;
         if let Some(data) = stdin {
             req = req.stdin(data);
         }
@@ -245,7 +287,14 @@ impl<'a> Workspace<'a> {
     /// Up to `limit` bytes of a regular file.
     pub async fn read(&self, path: &str, limit: usize) -> Result<FileBytes, FsError> {
         let out = self
-            .script(READ, Some("read"), path, &[&limit.to_string()], None, limit)
+            .script(
+                READ,
+                Some(native_op("read", path, &[&limit.to_string()])),
+                path,
+                &[&limit.to_string()],
+                None,
+                limit,
+            )
             .await?;
         if out.exit_code != 0 {
             return Err(FsError::Failed {
@@ -279,7 +328,14 @@ impl<'a> Workspace<'a> {
 
     async fn write(&self, path: &str, data: Vec<u8>, mode: &str) -> Result<(), FsError> {
         let out = self
-            .script(WRITE, Some("write"), path, &[mode], Some(data), 4096)
+            .script(
+                WRITE,
+                Some(native_op("write", path, &[mode])),
+                path,
+                &[mode],
+                Some(data),
+                4096,
+            )
             .await?;
         if out.exit_code != 0 {
             return Err(FsError::Failed {
@@ -293,7 +349,14 @@ impl<'a> Workspace<'a> {
     /// Files under `path`, relative to the project root, sorted, at most `max`.
     pub async fn list(&self, path: &str, max: usize) -> Result<Listing, FsError> {
         let out = self
-            .script(LIST, None, path, &[&max.to_string()], None, 4 << 20)
+            .script(
+                LIST,
+                Some(rg_native("list", path, max, RG_LIST, &[])),
+                path,
+                &[&max.to_string()],
+                None,
+                4 << 20,
+            )
             .await?;
         let total = find_value(&out.stderr, "total=").unwrap_or(0);
         Ok(Listing {
@@ -305,7 +368,14 @@ impl<'a> Workspace<'a> {
     /// ripgrep for `pattern` under `path`: `file:line:text` lines, at most `max`.
     pub async fn search(&self, pattern: &str, path: &str, max: usize) -> Result<Listing, FsError> {
         let out = self
-            .script(SEARCH, None, path, &[pattern, &max.to_string()], None, 4 << 20)
+            .script(
+                SEARCH,
+                Some(rg_native("search", path, max, RG_SEARCH, &["-e", pattern])),
+                path,
+                &[pattern, &max.to_string()],
+                None,
+                4 << 20,
+            )
             .await?;
         if FsStatus::from_code(out.exit_code) == Some(FsStatus::NoRipgrep) {
             return Err(FsError::Failed {

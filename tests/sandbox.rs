@@ -499,6 +499,7 @@ async fn per_call_mode_sweeps_even_when_a_command_kills_its_wrapper() {
 #[derive(Debug, PartialEq)]
 enum Seen {
     Read(Vec<u8>, u64),
+    Listed(Vec<String>, u64),
     Done,
     Error(String),
 }
@@ -543,6 +544,35 @@ async fn the_executor_and_the_shell_scripts_agree_on_every_file_operation() {
                 format!("read {path}"),
                 seen(ws.read(path, 3).await, |b| Seen::Read(b.data, b.size)),
             ));
+        }
+        for path in [
+            ".", "dir", "a.txt", "in", "missing", "pipe", "out", "../x", "loop",
+        ] {
+            for max in [0, 2, 500] {
+                r.push((
+                    format!("list {path} {max}"),
+                    seen(ws.list(path, max).await, |l| Seen::Listed(l.lines, l.total)),
+                ));
+            }
+        }
+        for (pattern, path) in [
+            ("h", "."),
+            ("x", "dir"),
+            ("e", "a.txt"),
+            ("nowhere", "."),
+            ("(", "."),
+            ("-v", "."),
+            ("h", "missing"),
+            ("h", "out"),
+        ] {
+            for max in [1, 500] {
+                r.push((
+                    format!("search {pattern} in {path} {max}"),
+                    seen(ws.search(pattern, path, max).await, |l| {
+                        Seen::Listed(l.lines, l.total)
+                    }),
+                ));
+            }
         }
         for (path, data) in [
             ("tool.sh", "#!/bin/sh\necho new\n"),
@@ -589,6 +619,14 @@ async fn the_executor_and_the_shell_scripts_agree_on_every_file_operation() {
     let by_name: std::collections::HashMap<&str, &Seen> =
         native.iter().map(|(k, v)| (k.as_str(), v)).collect();
     assert_eq!(by_name["read a.txt"], &Seen::Read(b"hel".to_vec(), 6));
+    assert_eq!(by_name["list dir 500"], &Seen::Listed(vec!["dir/x".into()], 1));
+    assert_eq!(by_name["list missing 2"], &Seen::Error("NotFound".into()));
+    assert_eq!(by_name["list out 2"], &Seen::Error("Outside".into()));
+    assert_eq!(
+        by_name["search x in dir 500"],
+        &Seen::Listed(vec!["dir/x:1:x".into()], 1)
+    );
+    assert_eq!(by_name["search ( in . 1"], &Seen::Error("Failed".into()));
     assert_eq!(by_name["read missing"], &Seen::Error("NotFound".into()));
     assert_eq!(by_name["read dir"], &Seen::Error("IsDirectory".into()));
     assert_eq!(by_name["read pipe"], &Seen::Error("NotRegular".into()));

@@ -114,17 +114,24 @@ def send(obj):
 
 
 class Capture:
-    """Keeps the first `head` and the last `tail` bytes; counts the rest."""
+    """Keeps the first `head` and the last `tail` bytes; counts the rest (and, for `Lines`,
+    the newlines: only then, a scan of every byte costs a 1 GiB flood about half a second)."""
 
-    def __init__(self, head, tail):
+    def __init__(self, head, tail, count_lines=False):
         self.head_max = head
         self.tail_max = tail
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.count_lines = count_lines
+        self.lines = 0
+        self.last = None
 
     def add(self, data):
         self.total += len(data)
+        if self.count_lines:
+            self.lines += data.count(b"\n")
+            self.last = data[-1]
         room = self.head_max - len(self.head)
         if room > 0:
             self.head += data[:room]
@@ -344,6 +351,61 @@ def native_write(path, mode, data):
     return result(0)
 
 
+def on_path(name):
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if d and os.access(os.path.join(d, name), os.X_OK):
+            return True
+    return False
+
+
+class Lines:
+    """Cuts ripgrep's output to the first `limit` lines and counts them all: what the list and
+    search scripts pipe through `awk 'NR <= max { print } END { print "total=" NR }'`."""
+
+    def __init__(self, op, limit):
+        self.op = op
+        self.limit = limit
+
+    def finish(self, resp, out, err):
+        kept = bytes(out.head).split(b"\n")[: self.limit]
+        text = b"".join(line + b"\n" for line in kept if line) if self.limit > 0 else b""
+        total = out.lines + (1 if out.total and out.last != 10 else 0)
+        tail = b""
+        if self.op == "search":
+            tail += f"rg={resp['exit']}\n".encode()
+        tail += f"total={total}\n".encode()
+        resp["stdout"] = result(0, out=text)["stdout"]
+        resp["stderr"] = result(0, err=bytes(err.head) + bytes(err.tail) + tail)["stderr"]
+        # The script's status is awk's, the last of its pipeline.
+        resp["exit"], resp["signal"] = 0, None
+
+
+def rg_native(native):
+    """`list` and `search` natively: the path resolved here instead of by `realpath`, ripgrep
+    spawned directly (the host sends its arguments), its output cut and counted here instead of
+    by `awk`; three spawns fewer. Returns (argv, Lines), (None, response) when the path is wrong
+    (the script's exit codes), or (None, None) to run the script: no ripgrep, or bad arguments."""
+    op, args = native.get("op"), native.get("args")
+    if not isinstance(args, list) or len(args) < 3 or not all(isinstance(a, str) for a in args):
+        return None, None
+    if not on_path("rg"):
+        return None, None
+    try:
+        limit = int(args[1])
+    except ValueError:
+        return None, None
+    p, bad = resolve(args[0])
+    if bad:
+        return None, bad
+    rel = "." if p == "/workspace" else p[len("/workspace/"):]
+    if not os.path.exists(p):
+        return None, result(E_NOT_FOUND)
+    if op == "list" and not os.path.isdir(p):
+        return None, result(0, out=(rel + "\n").encode(), err=b"total=1\n")
+    argv = list(args[2:]) + ([] if rel == "." else ["--", rel])
+    return argv, Lines(op, limit)
+
+
 NATIVE = {
     "read": lambda args, data: native_read(args[0], args[1]),
     "write": lambda args, data: native_write(args[0], args[1], data or b""),
@@ -359,9 +421,27 @@ def run(req):
         resp["elapsed"] = time.monotonic() - started
         return resp
     argv = req["argv"]
+    # The `bash` tool's command line. The host's argv, for one exec per call, is
+    # `/bin/sh -c 'exec 2>&1; exec bash -c "$1"' sh COMMAND`; here the same bash gets the same
+    # single pipe for stdout and stderr directly, one exec (about a millisecond) fewer.
+    merge = False
+    lines = None
+    if native and native.get("op") in ("list", "search"):
+        started = time.monotonic()
+        rg_argv, job = rg_native(native)
+        if isinstance(job, Lines):
+            argv, lines = rg_argv, job
+        elif job is not None:
+            job["elapsed"] = time.monotonic() - started
+            return job
+    if native and native.get("op") == "shell":
+        args = native.get("args")
+        if isinstance(args, list) and len(args) == 1 and isinstance(args[0], str):
+            argv = ["bash", "-c", args[0]]
+            merge = True
     timeout = float(req.get("timeout", 120))
     stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
-    out = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
+    out = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)), lines is not None)
     err = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
     env = dict(os.environ)
     env.update(req.get("env") or {})
@@ -374,7 +454,7 @@ def run(req):
             env=env,
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
             start_new_session=True,
         )
     except OSError as e:
@@ -384,10 +464,10 @@ def run(req):
         return {"spawn_error": f"{argv[0] if argv else ''}: {e}", "errno": None}
 
     sel = selectors.DefaultSelector()
-    os.set_blocking(proc.stdout.fileno(), False)
-    os.set_blocking(proc.stderr.fileno(), False)
-    sel.register(proc.stdout.fileno(), selectors.EVENT_READ, out)
-    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, err)
+    pipes = [(proc.stdout, out)] + ([] if proc.stderr is None else [(proc.stderr, err)])
+    for pipe, capture in pipes:
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe.fileno(), selectors.EVENT_READ, capture)
     pending = memoryview(stdin_data) if stdin_data is not None else None
     if pending is not None:
         os.set_blocking(proc.stdin.fileno(), False)
@@ -409,7 +489,7 @@ def run(req):
     timed_out = False
     swept = False
     drain_until = None
-    streams = {proc.stdout.fileno(), proc.stderr.fileno()}
+    streams = {pipe.fileno() for pipe, _ in pipes}
     while True:
         now = time.monotonic()
         reap(proc)
@@ -484,8 +564,8 @@ def run(req):
             proc.stdin.close()
         except OSError:
             pass
-    proc.stdout.close()
-    proc.stderr.close()
+    for pipe, _ in pipes:
+        pipe.close()
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     code = proc.wait()
@@ -493,7 +573,7 @@ def run(req):
         sweep()
     elapsed = time.monotonic() - started
     oom_after = oom_kills()
-    return {
+    resp = {
         "exit": code if code >= 0 else 128 - code,
         "signal": -code if code < 0 else None,
         "timed_out": timed_out,
@@ -502,6 +582,9 @@ def run(req):
         "oom_kills": (oom_after - oom_before) if None not in (oom_before, oom_after) else None,
         "elapsed": elapsed,
     }
+    if lines is not None and not timed_out:
+        lines.finish(resp, out, err)
+    return resp
 
 
 def main():

@@ -63,10 +63,11 @@ pub struct NativeOp {
 }
 
 impl ExecRequest {
-    /// `bash -lc COMMAND` in the workspace: what the `bash` tool and `agentbox exec` run.
+    /// `bash -c COMMAND` in the workspace: the shell the `bash` tool runs (not a login shell:
+    /// see `ToolContext::shell`).
     pub fn shell(command: impl Into<String>, timeout: Duration) -> Self {
         Self::argv(
-            ["bash", "-lc"]
+            ["bash", "-c"]
                 .map(String::from)
                 .into_iter()
                 .chain([command.into()]),

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::model::text_protocol::MALFORMED;
 use crate::model::{ToolArgs, ToolCall, ToolSpec};
-use crate::sandbox::{ExecOutput, ExecRequest, Sandbox, SandboxError};
+use crate::sandbox::{ExecOutput, ExecRequest, NativeOp, Sandbox, SandboxError};
 use crate::workspace::FsError;
 
 #[derive(Debug, thiserror::Error)]
@@ -127,9 +127,17 @@ pub struct ToolContext<'a> {
 impl ToolContext<'_> {
     /// Run a shell command with stderr merged into stdout, bounded for the model.
     pub async fn shell(&self, command: &str) -> Result<ExecOutput, SandboxError> {
-        let argv = ["/bin/sh", "-c", "exec 2>&1; exec bash -lc \"$1\"", "sh", command];
-        let req = ExecRequest::argv(argv, self.settings.command_timeout)
+        // Not a login shell (`-l`): on Debian-based images /etc/profile replaces the image's own
+        // PATH (the one `docker exec` and the Dockerfile's RUN use) with a fixed one, and reading
+        // it costs about 4 ms a command, as much as the rest of a `true` call.
+        let argv = ["/bin/sh", "-c", "exec 2>&1; exec bash -c \"$1\"", "sh", command];
+        let mut req = ExecRequest::argv(argv, self.settings.command_timeout)
             .capture(self.settings.output_head, self.settings.output_tail);
+        // The executor runs the same bash with stderr on stdout's pipe itself: no `sh` first.
+        req.native = Some(NativeOp {
+            op: "shell",
+            args: vec![command.to_string()],
+        });
         self.sandbox.exec(req).await
     }
 }
