@@ -38,6 +38,7 @@ async fn agentbox_async(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>
         .env_remove("AGENTBOX_PROVIDER")
         .env_remove("AGENTBOX_MODEL")
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

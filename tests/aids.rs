@@ -55,6 +55,7 @@ async fn run(project: &Project, turns: Value, flags: &[&str]) -> Out {
         .args(flags)
         .arg(project.path())
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .stdin(Stdio::null())
         .output()
         .await

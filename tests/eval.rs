@@ -23,6 +23,7 @@ async fn eval(out: &Path, extra: &[&str]) -> (Option<i32>, String, String, u32) 
         .args(extra)
         .arg(tasks_dir())
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -188,6 +189,7 @@ async fn ctrl_c_keeps_the_results_so_far_and_leaves_nothing_behind() {
         .arg(out.path())
         .arg(tasks_dir())
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let child = cmd.spawn().unwrap();

@@ -37,6 +37,7 @@ async fn run_agentbox(project: &Project, args: &[&str], env: &[(&str, &str)], du
         .args(args)
         .arg(project.path())
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")

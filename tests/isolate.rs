@@ -98,6 +98,7 @@ async fn run_isolated(
         .arg(project.path())
         .current_dir(cwd)
         .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

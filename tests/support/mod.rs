@@ -33,6 +33,12 @@ pub async fn docker() -> Docker {
     docker
 }
 
+/// Where runs of this test process would quarantine anything (never the user's own data
+/// directory). Created only if something is quarantined.
+pub fn test_data_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("agentbox-test-data-{}", std::process::id()))
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -130,6 +136,7 @@ pub fn agentbox() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentbox"));
     // The tests must not pick up a developer's own config file.
     cmd.env("AGENTBOX_CONFIG", "");
+    cmd.env("AGENTBOX_DATA_DIR", test_data_dir());
     cmd
 }
 
