@@ -12,10 +12,10 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::scripted::{Spawned, spawn_run};
 use support::*;
 
 struct Run {
@@ -85,39 +85,20 @@ fn bash(command: &str) -> Value {
 }
 
 /// Start `agentbox run --json --isolate` with `turns` as the model, from a directory of its own.
-fn spawn_isolated(
-    project: &Project,
-    turns: Value,
-    args: &[&str],
-) -> (tokio::process::Child, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.json");
-    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
-    cmd.current_dir(dir.path())
-        .args(["run", "--json", "--isolate", "--script"])
-        .arg(&script)
-        .arg("--trajectory")
-        .arg(dir.path().join("trajectory.jsonl"))
-        .args(args)
-        .arg(project.path())
-        .env("AGENTBOX_CONFIG", "")
-        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // A run that hangs (what some of these scenarios did) is ended when the test gives up.
-        .kill_on_drop(true);
-    (cmd.spawn().unwrap(), dir)
+fn spawn_isolated(project: &Project, turns: Value, args: &[&str]) -> Spawned {
+    let args: Vec<&str> = std::iter::once("--isolate").chain(args.iter().copied()).collect();
+    spawn_run(project, turns, &args, &[])
 }
 
 /// Wait for the run (it must end: a hang is a failure), then check that it left no container
 /// and no volume.
-async fn finish(child: tokio::process::Child, dir: tempfile::TempDir) -> Run {
-    let pid = child.id().unwrap();
+async fn finish(spawned: Spawned) -> Run {
+    let Spawned {
+        child,
+        pid,
+        trajectory,
+        dir,
+    } = spawned;
     let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("agentbox (pid {pid}) did not finish: it hung"))
@@ -131,7 +112,7 @@ async fn finish(child: tokio::process::Child, dir: tempfile::TempDir) -> Run {
         gone,
         "a container or volume of agentbox pid {pid} outlived the run"
     );
-    let events = std::fs::read_to_string(dir.path().join("trajectory.jsonl"))
+    let events = std::fs::read_to_string(trajectory)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -146,8 +127,7 @@ async fn finish(child: tokio::process::Child, dir: tempfile::TempDir) -> Run {
 }
 
 async fn isolated(project: &Project, turns: Value, args: &[&str]) -> Run {
-    let (child, dir) = spawn_isolated(project, turns, args);
-    finish(child, dir).await
+    finish(spawn_isolated(project, turns, args)).await
 }
 
 /// Every path under `dir` but `.git`, by its raw bytes: (mode & 0o777 or 0 for links, content
@@ -177,20 +157,24 @@ fn tree(dir: &Path) -> BTreeMap<Vec<u8>, (u32, Vec<u8>)> {
     out
 }
 
+/// git on the host in the test user's project, with a committer identity.
+fn git_command(dir: &Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("git");
+    cmd.args([
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+    ])
+    .args(args)
+    .current_dir(dir);
+    cmd
+}
+
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = std::process::Command::new("git")
-        .args([
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
+    let out = git_command(dir, args).output().unwrap();
     assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
     out
 }
@@ -305,7 +289,7 @@ async fn apply_treats_a_fifo_on_the_host_as_a_conflict_and_exits() {
     // A FIFO where the sandbox will create a file (not copied in: it is not a regular file).
     mkfifo(&project.file("queue"));
     project.chown_all();
-    let (child, dir) = spawn_isolated(
+    let spawned = spawn_isolated(
         &project,
         json!([
             {"tool_calls": [bash("echo data > queue && echo more >> notes.txt && echo x = 2 > app.py && sleep 6")]},
@@ -315,7 +299,7 @@ async fn apply_treats_a_fifo_on_the_host_as_a_conflict_and_exits() {
     );
     // While the sandbox works, the user's notes.txt becomes a FIFO too: the patch reads the
     // original of a modified file, `--apply` checks it.
-    let trajectory = dir.path().join("trajectory.jsonl");
+    let trajectory = spawned.trajectory.clone();
     let started = eventually(Duration::from_secs(120), || {
         let trajectory = trajectory.clone();
         async move { std::fs::read_to_string(&trajectory).is_ok_and(|t| t.contains("\"tool_started\"")) }
@@ -324,7 +308,7 @@ async fn apply_treats_a_fifo_on_the_host_as_a_conflict_and_exits() {
     assert!(started, "the bash call never started");
     std::fs::remove_file(project.file("notes.txt")).unwrap();
     mkfifo(&project.file("notes.txt"));
-    let run = finish(child, dir).await;
+    let run = finish(spawned).await;
     assert_eq!(run.code, Some(4), "{}\n{}", run.report, run.stderr);
     let err = run.apply_error();
     assert!(
@@ -650,17 +634,7 @@ async fn apply_refuses_what_git_on_the_host_would_run() {
         } else {
             project.path().to_path_buf()
         };
-        let _ = std::process::Command::new("git")
-            .args([
-                "-c",
-                "safe.directory=*",
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-            ])
-            .args(&host_git_args)
-            .current_dir(sub)
+        let _ = git_command(&sub, &host_git_args)
             .env("MARK", &mark)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .output()

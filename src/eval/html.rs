@@ -419,26 +419,15 @@ mod tests {
         });
         drop(w);
         let result = TaskResult {
-            task: task.clone(),
-            fixed: false,
-            tests_passed: Some(false),
             tests_changed: true,
             changed_files: vec![hostile("changed-file"), "ok.py".into()],
-            steps: 1,
-            attempts: 1,
-            input_tokens: 1,
-            output_tokens: 1,
-            cost_usd: None,
-            wall_secs: 1.0,
             exit_reason: Outcome::Error,
             error: Some(hostile("error")),
             model: hostile("model"),
             summary: Some(hostile("summary")),
-            started_at: 1.0,
-            finished_at: 2.0,
             test_command: Some(hostile("test-command")),
-            test_exit_code: Some(1),
             test_output: hostile("test-output"),
+            ..TaskResult::for_test(&task)
         };
         let results = [result];
         let page = report(

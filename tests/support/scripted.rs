@@ -109,7 +109,9 @@ pub fn spawn_run(project: &Project, turns: Value, args: &[&str], env: &[(&str, &
         .env_remove("OPENAI_BASE_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        // A run that hangs is ended when the test gives up.
+        .kill_on_drop(true);
     for (k, v) in env {
         cmd.env(k, v);
     }
