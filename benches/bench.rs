@@ -50,7 +50,8 @@ fn row(name: &str, s: &Stats, unit: &str, note: &str) {
 
 fn config(per_call: bool) -> SandboxConfig {
     let mut cfg = SandboxConfig::from_args(&SandboxArgs {
-        image: agentbox::image::DEFAULT_IMAGE.into(),
+        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image_source: None,
         command_timeout: 120,
         memory: "2g".into(),
         cpus: None,
@@ -391,7 +392,7 @@ async fn load_child(n: usize) {
             let model = Scripted::from_json(&script, "load").unwrap();
             let tools = ToolRegistry::standard(true, false);
             let settings = ToolSettings {
-                test_command: Some("true".into()),
+                test_commands: vec!["true".into()],
                 ..Default::default()
             };
             let agent = Agent {
@@ -703,7 +704,7 @@ async fn through_the_loop(n: usize, repeats: usize) {
     ]);
     let sb = sandbox(dir.path(), false).await;
     let settings = ToolSettings {
-        test_command: Some(TEST_COMMAND.into()),
+        test_commands: vec![TEST_COMMAND.into()],
         ..Default::default()
     };
     let ctx = ToolContext {

@@ -556,7 +556,8 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let mut cfg = crate::config::SandboxConfig::from_args(&crate::cli::SandboxArgs {
-            image: "i".into(),
+            image: Some("i".into()),
+            image_source: None,
             command_timeout: 60,
             memory: "2g".into(),
             cpus: Some(1.0),

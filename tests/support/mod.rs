@@ -108,7 +108,8 @@ impl Project {
 
 pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
-        image: agentbox::image::DEFAULT_IMAGE.into(),
+        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image_source: None,
         command_timeout: 60,
         memory: "1g".into(),
         cpus: None,
