@@ -316,6 +316,56 @@ async fn startup(n: usize) {
         "full policy",
     );
     row("first command after ready", &stats(first), "ms", "");
+    // The daemon's own share of "ready": the same image created and started through the API
+    // with no policy, no mounts and no executor, then removed. What "ready" adds on top is
+    // agentbox's (the policy's mounts and options, the executor's start and handshake).
+    let mut raw = Vec::new();
+    for i in 0..n {
+        let name = format!("agentbox-bench-raw-{}-{i}", std::process::id());
+        let t0 = Instant::now();
+        docker
+            .create_container(
+                Some(
+                    bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                        .name(&name)
+                        .build(),
+                ),
+                bollard::models::ContainerCreateBody {
+                    image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+                    cmd: Some(vec!["sleep".into(), "60".into()]),
+                    labels: Some([("agentbox.session".to_string(), name.clone())].into()),
+                    host_config: Some(bollard::models::HostConfig {
+                        network_mode: Some("none".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        docker
+            .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .unwrap();
+        raw.push(ms(t0.elapsed()));
+        docker
+            .remove_container(
+                &name,
+                Some(
+                    bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                        .force(true)
+                        .build(),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    row(
+        "create + start through the API, no policy, no executor",
+        &stats(raw),
+        "ms",
+        "the daemon's share",
+    );
     row("create → first command done", &stats(total), "ms", "target < 500");
     row("removal", &stats(remove), "ms", "");
     if cli_available() {
@@ -577,7 +627,9 @@ fn eval_throughput() {
             n += 1;
         }
     }
-    for jobs in [1, 4, 16] {
+    // Each job count with sandboxes made when their task starts (`--prepare-ahead 0`, as
+    // before) and made ahead (the default), one after the other in this run.
+    for (jobs, ahead) in [1, 4, 16].into_iter().flat_map(|j| [(j, 0), (j, j)]) {
         let out = tempfile::tempdir().unwrap();
         let t = Instant::now();
         let status = Command::new(env!("CARGO_BIN_EXE_agentbox"))
@@ -587,6 +639,8 @@ fn eval_throughput() {
                 "scripted",
                 "--jobs",
                 &jobs.to_string(),
+                "--prepare-ahead",
+                &ahead.to_string(),
                 "--out",
             ])
             .arg(out.path())
@@ -600,7 +654,7 @@ fn eval_throughput() {
         assert!(status.code() == Some(0), "eval failed: {status}");
         let per_min = n as f64 * 60.0 / secs;
         row(
-            &format!("eval, scripted, {n} tasks, --jobs {jobs}: tasks/minute"),
+            &format!("eval, scripted, {n} tasks, --jobs {jobs} --prepare-ahead {ahead}: tasks/min"),
             &Stats {
                 median: per_min,
                 p90: per_min,
@@ -952,6 +1006,14 @@ async fn main() {
         "-".repeat(11),
         "-".repeat(11)
     );
+    // `-- eval` and `-- startup`: only those rows (run the second one with DOCKER_HOST set to
+    // compare engines or storage drivers).
+    if args.iter().any(|a| a == "eval") {
+        return eval_throughput();
+    }
+    if args.iter().any(|a| a == "startup") {
+        return startup(starts).await;
+    }
     through_the_loop(if quick { 40 } else { 100 }, if quick { 3 } else { 5 }).await;
     // `-- quick loop`: only the rows above, for working on them.
     if args.iter().any(|a| a == "loop") {

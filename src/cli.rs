@@ -370,6 +370,11 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub jobs: Option<u32>,
 
+    /// Sandboxes made ready ahead of the running tasks, so the next task starts on a sandbox
+    /// that exists already (0: make each one when its task starts) [default: as many as --jobs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub prepare_ahead: Option<u32>,
+
     /// Where results.jsonl, summary.md, report.html, diffs/ and trajectories/ go
     /// [default: eval-results/NAME-OF-TASKS_DIR].
     #[arg(long, value_name = "DIR")]

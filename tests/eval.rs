@@ -212,3 +212,66 @@ async fn ctrl_c_keeps_the_results_so_far_and_leaves_nothing_behind() {
     let kept = results(out.path());
     assert!(!kept.is_empty() && kept.len() < 4, "{kept:?}");
 }
+
+/// Running (not yet removed) sandboxes of the eval `pid`, seeding containers left out.
+async fn live_sandboxes(docker: &bollard::Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = std::collections::HashMap::from([
+        ("label".to_string(), vec![format!("agentbox.pid={pid}")]),
+        ("status".to_string(), vec!["running".to_string()]),
+    ]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .filter(|c| !c.names.iter().flatten().any(|n| n.ends_with("-seed")))
+        .count()
+}
+
+/// With one job, the second task's sandbox is made while the first task runs (its first tool
+/// call sleeps), and an interrupt then removes both. (With `--prepare-ahead 0` this fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_sandbox_is_made_while_a_task_runs() {
+    let tasks = tempfile::tempdir().unwrap();
+    let script = r#"{"turns": [
+  {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 120"}}]},
+  {"text": "done"}
+]}"#;
+    for name in ["first", "second"] {
+        let dir = tasks.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["TASK.md", "counter.py", "test_counter.py"] {
+            std::fs::copy(tasks_dir().join("fixes-it").join(f), dir.join(f)).unwrap();
+        }
+        std::fs::write(dir.join("script.json"), script).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    cmd.args(["eval", "--provider", "scripted", "--jobs", "1", "--out"])
+        .arg(out.path())
+        .arg(tasks.path())
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", support::test_data_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let docker = docker().await;
+    let both = eventually(Duration::from_secs(90), || async {
+        live_sandboxes(&docker, pid).await >= 2
+    })
+    .await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let o = child.wait_with_output().await.unwrap();
+    assert!(
+        both,
+        "no second sandbox while the first task ran\n{}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    nothing_left(pid).await;
+}

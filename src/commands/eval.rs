@@ -53,6 +53,28 @@ fn task_line(result: &TaskResult) -> String {
     ))
 }
 
+/// A task the agent works on: counted as running while this lives, and holding its job slot.
+struct Running {
+    progress: Arc<Progress>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Running {
+    fn start(progress: Arc<Progress>, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        progress.running.fetch_add(1, Ordering::Relaxed);
+        Running {
+            progress,
+            _slot: permit,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.progress.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let mut base = AgentSettings::resolve(&args.agent, true)?;
     base.sandbox.cleanup = cleanup;
@@ -141,12 +163,18 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             }
         }))
     };
+    // Two gates, both first come first served: `open` bounds the sandboxes that exist (running
+    // or ready), `running` the tasks the agent works on. A task makes its sandbox as soon as it
+    // passes the first, then waits for the second.
+    let ahead = args.prepare_ahead.map(|n| n as usize).unwrap_or(jobs);
+    let open = Arc::new(tokio::sync::Semaphore::new(jobs + ahead));
     let semaphore = Arc::new(tokio::sync::Semaphore::new(jobs));
     let base = Arc::new(base);
     let out = Arc::new(out);
     let mut set = tokio::task::JoinSet::new();
     for task in todo {
-        let (semaphore, base, out, log, progress, status) = (
+        let (open, semaphore, base, out, log, progress, status) = (
+            open.clone(),
             semaphore.clone(),
             base.clone(),
             out.clone(),
@@ -156,10 +184,13 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         );
         set.spawn(async move {
             #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
-            let _permit = semaphore.acquire_owned().await.expect("semaphore");
-            progress.running.fetch_add(1, Ordering::Relaxed);
-            let result = eval::run_task(&base, &task, &out).await;
-            progress.running.fetch_sub(1, Ordering::Relaxed);
+            let _sandbox = open.acquire_owned().await.expect("semaphore");
+            let turn = async {
+                #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
+                let permit = semaphore.acquire_owned().await.expect("semaphore");
+                Running::start(progress.clone(), permit)
+            };
+            let result = eval::run_task_when(&base, &task, &out, turn).await;
             progress.done.fetch_add(1, Ordering::Relaxed);
             if !result.fixed {
                 progress.failed.fetch_add(1, Ordering::Relaxed);

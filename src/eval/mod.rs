@@ -258,8 +258,22 @@ pub fn load_results(path: &Path) -> BTreeMap<String, TaskResult> {
 
 /// Run one task in its own isolated sandbox. Never fails: a failure is the task's result.
 pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskResult {
-    let started = Instant::now();
-    let started_at = now_secs();
+    run_task_when(base, task, out, std::future::ready(())).await
+}
+
+/// Runs `task` as [`run_task`] does, but prepares its sandbox first and starts the agent only
+/// once `turn` resolves: `eval` creates the next task's sandbox while the current one runs
+/// (the daemon's create and start, the copy into the sandbox and the baseline are then off the
+/// critical path). Whatever `turn` yields (a job slot) is held until the task is done. The
+/// wait for the turn is not counted in the task's time.
+pub async fn run_task_when<G>(
+    base: &AgentSettings,
+    task: &Task,
+    out: &OutDir,
+    turn: impl std::future::Future<Output = G>,
+) -> TaskResult {
+    let mut started = Instant::now();
+    let mut started_at = now_secs();
     let mut settings = base.clone();
     if let Some(cmds) = &task.toml.test_cmd {
         settings.test_cmd = cmds.to_vec();
@@ -310,10 +324,18 @@ pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskRe
         Err(e) => return fail(format!("cannot write the trajectory: {e}")),
     };
     let events: Arc<Fanout> = Arc::new(Fanout(vec![Box::new(writer) as Box<dyn EventSink>]));
-    let session = match Session::open(&settings, &task.dir, events.clone()).await {
+    let mut session = match Session::open(&settings, &task.dir, events.clone()).await {
         Ok(s) => s,
         Err(e) => return fail(format!("{e:#}")),
     };
+    let prepared_in = started.elapsed();
+    let _slot = turn.await;
+    // The task's clock counts its preparation and its own run, not the wait in between.
+    started = Instant::now()
+        .checked_sub(prepared_in)
+        .unwrap_or_else(Instant::now);
+    started_at = now_secs() - prepared_in.as_secs_f64();
+    session.restart_clock(prepared_in);
     let (result, attempts) = session.work(&task.instruction).await;
     let mut report = session.report(&result).await;
     report.attempts = attempts;

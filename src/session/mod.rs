@@ -65,6 +65,12 @@ impl Session {
         }
     }
 
+    /// Count the session's time from now, plus `already` spent preparing it: a session
+    /// prepared ahead (eval) does not count the time it waited for its turn.
+    pub fn restart_clock(&mut self, already: std::time::Duration) {
+        self.started = Instant::now().checked_sub(already).unwrap_or_else(Instant::now);
+    }
+
     /// Work on `task`: see [`work`].
     pub async fn work(&self, task: &str) -> (LoopResult, u32) {
         work(&self.agent(), &self.aids, task).await
