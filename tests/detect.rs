@@ -518,3 +518,38 @@ async fn a_root_owned_project_is_warned_about() {
     assert!(run.warnings().contains("is owned by root"), "{}", run.warnings());
     assert!(run.stderr.contains("agentbox: WARNING: "), "{}", run.stderr);
 }
+
+/// `doctor PROJECT` says what a run would choose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_which_image_and_tests_a_run_would_choose() {
+    image("python").await;
+    let mixed = project(
+        "mixed",
+        &[(
+            "package.json",
+            r#"{"scripts": {"test": "echo \"Error: no test specified\" && exit 1"}}"#,
+        )],
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .arg("doctor")
+        .arg(mixed.path())
+        .env("AGENTBOX_CONFIG", "")
+        .env_remove("AGENTBOX_IMAGE")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("(Cargo.toml, package.json, pyproject.toml)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "project: tests: cargo test; {} (all must pass)",
+            agentbox::project::PYTEST
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("npm's placeholder"), "{stdout}");
+}
