@@ -4,8 +4,9 @@
 //! 1. [`Step::ModelEndpoint`]: the model's endpoint accepts a connection (TCP, and the TLS
 //!    handshake for https; no request). Before any sandbox work, so an unreachable model fails
 //!    in seconds with exit 4. Skipped for the scripted provider.
-//! 2. (the project's setup phase goes here: issue 12)
-//! 3. [`Step::Sandbox`]: the sandbox starts, its image present or built.
+//! 2. [`Step::Sandbox`]: the sandbox starts, its image present or built.
+//! 3. (the project's setup phase goes here, issue 12: it may install what the tests need, so
+//!    it comes before the next check)
 //! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
 //!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
 //!    the image, the program and the fix, without a model request.

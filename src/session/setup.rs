@@ -163,7 +163,6 @@ impl Session {
             warnings.push(w);
         }
         preflight::model_endpoint(&settings.model, events.as_ref()).await?;
-        // (Issue 12: the project's setup phase slots in here.)
         let mut sandbox_cfg = settings.sandbox.clone();
         sandbox_cfg.image = plan.image.image.clone();
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
@@ -176,6 +175,7 @@ impl Session {
                 .map_err(|e| e.to_string()),
         );
         let (sandbox, isolation) = opened?;
+        // (Issue 12: the project's setup phase slots in here, before the programs are checked.)
         if let Err(e) = preflight::test_programs(
             &sandbox,
             &plan.tests,
