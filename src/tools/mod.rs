@@ -405,6 +405,36 @@ mod tests {
     }
 
     #[test]
+    fn several_test_runs_are_shown_in_turn_with_a_last_line_of_verdicts() {
+        let run = |command: &str, exit_code: i64, out: &str| TestRun {
+            command: command.into(),
+            output: ExecOutput {
+                exit_code,
+                stdout: crate::sandbox::Captured::complete(out.as_bytes().to_vec()),
+                ..Default::default()
+            },
+        };
+        let one = [run("cargo test", 101, "test t ... FAILED\n")];
+        assert_eq!(
+            render_test_runs(&one),
+            render_command("cargo test", &one[0].output)
+        );
+        assert!(!all_passed(&one));
+        let two = [run("cargo test", 0, "ok\n"), run("make test", 2, "boom\n")];
+        let text = render_test_runs(&two);
+        assert!(text.starts_with("$ cargo test\nok\n"), "{text}");
+        assert!(text.contains("\n\n$ make test\nboom\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "2 test commands, all must pass: `cargo test` passed; `make test` FAILED (exit 2)"
+            ),
+            "{text}"
+        );
+        assert!(!all_passed(&two));
+        assert!(all_passed(&two[..1]));
+    }
+
+    #[test]
     fn clip_marks_what_it_cut() {
         assert_eq!(clip("abc", 5), "abc");
         assert_eq!(clip("abcdef", 3), "abc… [3 more characters]");
