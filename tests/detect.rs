@@ -553,3 +553,49 @@ async fn doctor_says_which_image_and_tests_a_run_would_choose() {
     );
     assert!(stdout.contains("npm's placeholder"), "{stdout}");
 }
+
+/// A dev container's image is honoured only when it is already here; an absent one is named
+/// and ignored, never pulled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_container_image_is_used_only_when_present() {
+    let python = image("python").await;
+    let devcontainer =
+        |image: &str| format!("// the team's container\n{{\n  \"image\": \"{image}\", // pinned\n}}\n");
+    let present = project(
+        "rust",
+        &[(".devcontainer/devcontainer.json", &devcontainer(&python))],
+    );
+    let run = hostile(&present, turns(None), &["--test-cmd", "true"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        first_line(&run),
+        format!("agentbox: image {python} (.devcontainer/devcontainer.json, present locally)")
+    );
+    assert!(
+        run.stderr.contains("which is present here: using it"),
+        "{}",
+        run.stderr
+    );
+
+    let absent_image = "agentbox-test/never-pulled:0";
+    let absent = project("python", &[(".devcontainer.json", &devcontainer(absent_image))]);
+    let run = hostile(&absent, turns(None), &[]).await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        first_line(&run),
+        format!("agentbox: image {python} (test_calc.py)")
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "names the image {absent_image}, which is not present here; agentbox never pulls"
+        )),
+        "{}",
+        run.stderr
+    );
+    let docker = docker().await;
+    assert!(
+        !agentbox::image::image_exists(&docker, absent_image)
+            .await
+            .unwrap()
+    );
+}

@@ -438,51 +438,57 @@ fn image_name_ok(s: &str) -> bool {
 }
 
 /// JSON with comments (`//`, `/* */`) and trailing commas, as dev container files are written,
-/// made plain JSON.
+/// made plain JSON: comments go first, then the commas they may have hidden.
 pub fn strip_jsonc(text: &str) -> String {
-    let b = text.as_bytes();
+    let no_comments = rewrite_outside_strings(text.as_bytes(), |b, i, out| match b[i] {
+        b'/' if b.get(i + 1) == Some(&b'/') => {
+            let mut j = i;
+            while j < b.len() && b[j] != b'\n' {
+                j += 1;
+            }
+            j
+        }
+        b'/' if b.get(i + 1) == Some(&b'*') => {
+            let mut j = i + 2;
+            while j < b.len() && !(b[j] == b'*' && b.get(j + 1) == Some(&b'/')) {
+                j += 1;
+            }
+            (j + 2).min(b.len())
+        }
+        c => {
+            out.push(c);
+            i + 1
+        }
+    });
+    let plain = rewrite_outside_strings(&no_comments, |b, i, out| {
+        let next = b[i + 1..].iter().find(|c| !c.is_ascii_whitespace());
+        if !(b[i] == b',' && matches!(next, Some(b'}') | Some(b']'))) {
+            out.push(b[i]);
+        }
+        i + 1
+    });
+    String::from_utf8_lossy(&plain).into_owned()
+}
+
+/// Copies `b`, strings (`"..."`, escapes honoured) as they are; everything else goes through
+/// `step`, which writes what it keeps and returns where to go on.
+fn rewrite_outside_strings(b: &[u8], step: impl Fn(&[u8], usize, &mut Vec<u8>) -> usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        match b[i] {
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
-                }
-                i = (i + 1).min(b.len());
-                out.extend_from_slice(&b[start..i]);
+        if b[i] == b'"' {
+            let start = i;
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                i += if b[i] == b'\\' { 2 } else { 1 };
             }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
-                    i += 1;
-                }
-                i = (i + 2).min(b.len());
-            }
-            b',' => {
-                let next = b[i + 1..]
-                    .iter()
-                    .position(|c| !c.is_ascii_whitespace())
-                    .map(|p| b[i + 1 + p]);
-                if !matches!(next, Some(b'}') | Some(b']')) {
-                    out.push(b',');
-                }
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
+            i = (i + 1).min(b.len());
+            out.extend_from_slice(&b[start..i]);
+        } else {
+            i = step(b, i, &mut out);
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// How to check, inside the sandbox, that a test command can start: the program it needs, as
@@ -698,6 +704,12 @@ mod tests {
         assert_eq!(
             strip_jsonc(r#"{"a": "// not a comment, ]"}"#),
             r#"{"a": "// not a comment, ]"}"#
+        );
+        // A comment between the last comma and the brace still leaves the comma trailing.
+        assert_eq!(
+            strip_jsonc("{\n  \"image\": \"x:1\", // pinned\n  /* more */\n}\n")
+                .replace(char::is_whitespace, ""),
+            r#"{"image":"x:1"}"#
         );
         assert!(devcontainer(&project(&[]).1).is_none());
     }
