@@ -129,7 +129,13 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     // (otherwise each task's is chosen from its project, as for `run`).
     let docker = connect_docker().await?;
     if base.sandbox.image_source.is_some() {
-        ensure_image(&docker, &base.sandbox.image, &mut stderr_progress).await?;
+        ensure_image(
+            &docker,
+            &base.sandbox.image,
+            &base.sandbox.cleanup,
+            &mut stderr_progress,
+        )
+        .await?;
     }
 
     errln!(
