@@ -10,7 +10,8 @@ _default:
 build:
     cargo build --release --locked
 
-# Make sure the sandbox image exists (through Docker, or offline from Debian packages).
+# Make sure the sandbox images exist (python, node, rust, go, polyglot; through Docker, or
+# offline from Debian packages).
 image profile="release":
     cargo build --locked {{ if profile == "release" { "--release" } else { "" } }}
     scripts/ensure-image target/{{ if profile == "release" { "release" } else { "debug" } }}/agentbox

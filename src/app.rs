@@ -135,6 +135,6 @@ async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
         Command::Exec(args) => crate::commands::exec::run(args, cleanup).await,
         Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
-        Command::Image(cmd) => crate::commands::image::run(cmd).await,
+        Command::Image(cmd) => crate::commands::image::run(cmd, cleanup).await,
     }
 }

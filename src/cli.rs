@@ -124,20 +124,25 @@ pub struct GcArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Build an agentbox image (default: python) through the Docker API, or offline.
+    /// Build agentbox images (default: python) through the Docker API, or offline.
     Build(ImageBuildArgs),
-    /// List the images agentbox knows how to build, and whether each is present.
+    /// List the images agentbox knows how to build, whether each is present, and their
+    /// toolchains.
     List,
 }
 
 #[derive(Debug, Args)]
 pub struct ImageBuildArgs {
-    /// Image to build: a name from `agentbox image list`.
-    #[arg(default_value = "python")]
-    pub name: String,
+    /// Images to build: names from `agentbox image list` (python, node, rust, go, polyglot).
+    #[arg(value_name = "NAME", conflicts_with = "all")]
+    pub names: Vec<String>,
+
+    /// Build every image agentbox knows.
+    #[arg(long)]
+    pub all: bool,
 
     /// Build from Debian packages with mmdebstrap and import the result, for machines that
-    /// reach no container registry.
+    /// reach no container registry (needs root, or sudo).
     #[arg(long)]
     pub offline: bool,
 

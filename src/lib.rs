@@ -20,5 +20,6 @@ pub mod project;
 pub mod report;
 pub mod sandbox;
 pub mod session;
+pub mod toolchain;
 pub mod tools;
 pub mod workspace;

@@ -135,11 +135,23 @@ fn bad_input_gets_a_clear_error() {
         "{}",
         text(&out.stderr)
     );
-    assert!(
-        text(&out.stderr).contains("agentbox image build --offline"),
-        "{}",
-        text(&out.stderr)
-    );
+    // Not agentbox's own image: it was pulled (no registry answers here), and the one message
+    // says how to get it, without sending the user to `agentbox image build`.
+    let err = text(&out.stderr);
+    assert!(err.contains("pulling it failed"), "{err}");
+    assert!(err.contains("docker pull"), "{err}");
+    assert!(!err.contains("agentbox image build"), "{err}");
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+
+    // An older revision of one of agentbox's images: the current one, and how to build it.
+    let out = run(agentbox()
+        .args(["exec", "--image", "agentbox/rust:0"])
+        .arg(project.path())
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stderr);
+    assert!(err.contains("this agentbox uses agentbox/rust:1"), "{err}");
+    assert!(err.contains("agentbox image build rust --offline"), "{err}");
 }
 
 #[test]

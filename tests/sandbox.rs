@@ -471,7 +471,12 @@ async fn hostile_inputs_get_an_answer_and_the_session_goes_on() {
     )
     .await;
     let ws = Workspace::new(&sb);
-    assert!(ws.read("l1000", 100).await.is_err());
+    // Python before 3.13 runs out of recursion on it (an error for the model); 3.13 resolves
+    // the chain to l0, inside the project (l0's content). Either way, nothing else.
+    match ws.read("l1000", 100).await {
+        Err(_) => {}
+        Ok(file) => assert!(file.data.is_empty() && file.size == 0, "{:?}", file.data),
+    }
     assert_eq!(stdout_of(&sb, "echo still here").await, "still here\n");
     sb.shutdown().await.unwrap();
 }

@@ -127,7 +127,13 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
 
     // Fail early, once, on what every task needs.
     let docker = connect_docker().await?;
-    ensure_image(&docker, &base.sandbox.image, &mut stderr_progress).await?;
+    ensure_image(
+        &docker,
+        &base.sandbox.image,
+        &base.sandbox.cleanup,
+        &mut stderr_progress,
+    )
+    .await?;
 
     errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",

@@ -1,63 +1,138 @@
 //! `agentbox image build|list`
 
+use std::time::Instant;
+
 use crate::cli::{ImageBuildArgs, ImageCommand};
 use crate::config::UsageError;
-use crate::image::{KNOWN, KnownImage, build_offline, build_with_docker, image_exists, stderr_progress};
-use crate::sandbox::connect_docker;
+use crate::image::{KNOWN, KnownImage, build_offline, build_with_docker, image_labels, stderr_progress};
+use crate::sandbox::{Cleanup, connect_docker, human_bytes};
+use crate::toolchain::image_toolchains;
 
-pub async fn run(cmd: ImageCommand) -> anyhow::Result<u8> {
+pub async fn run(cmd: ImageCommand, cleanup: Cleanup) -> anyhow::Result<u8> {
     match cmd {
-        ImageCommand::Build(args) => build(args).await,
+        ImageCommand::Build(args) => build(args, cleanup).await,
         ImageCommand::List => list().await,
     }
 }
 
-async fn build(args: ImageBuildArgs) -> anyhow::Result<u8> {
-    let known = KnownImage::by_name(&args.name).ok_or_else(|| {
-        let names: Vec<&str> = KNOWN.iter().map(|k| k.name).collect();
-        UsageError(format!(
-            "unknown image {:?}; agentbox builds: {}",
-            args.name,
-            names.join(", ")
-        ))
-    })?;
+fn chosen(args: &ImageBuildArgs) -> Result<Vec<&'static KnownImage>, UsageError> {
+    if args.all {
+        return Ok(KNOWN.iter().collect());
+    }
+    if args.names.is_empty() {
+        return Ok(KnownImage::by_name("python").into_iter().collect());
+    }
+    let mut images: Vec<&'static KnownImage> = Vec::new();
+    for name in &args.names {
+        let known = KnownImage::by_name(name).ok_or_else(|| {
+            let names: Vec<&str> = KNOWN.iter().map(|k| k.name).collect();
+            UsageError(format!(
+                "unknown image {name:?}; agentbox builds: {} (or --all)",
+                names.join(", ")
+            ))
+        })?;
+        if !images.iter().any(|k| k.name == known.name) {
+            images.push(known);
+        }
+    }
+    Ok(images)
+}
+
+async fn build(args: ImageBuildArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    let images = chosen(&args)?;
     let docker = connect_docker().await?;
-    if !args.force && image_exists(&docker, known.tag).await? {
-        outln!("{} already exists (--force rebuilds it)", known.tag);
+    let mut todo = Vec::new();
+    for known in images {
+        if !args.force && image_labels(&docker, known.tag).await?.is_some() {
+            outln!("{} already exists (--force rebuilds it)", known.tag);
+        } else {
+            todo.push(known);
+        }
+    }
+    if todo.is_empty() {
         return Ok(0);
     }
-    let started = std::time::Instant::now();
+    let mut failed = 0;
     if args.offline {
-        errln!("building {} offline from Debian packages", known.tag);
-        build_offline(&docker, known, args.mirror.as_deref(), &mut stderr_progress).await?;
-    } else {
+        let started = Instant::now();
         errln!(
-            "building {} through Docker from images/{}/Dockerfile",
-            known.tag,
-            known.name
+            "building {} offline from Debian packages",
+            todo.iter().map(|k| k.tag).collect::<Vec<_>>().join(", ")
         );
-        build_with_docker(&docker, known, &mut stderr_progress).await.map_err(|e| {
-            anyhow::anyhow!("{e}\nwithout a container registry, build it from Debian packages: agentbox image build --offline")
-        })?;
+        for built in build_offline(&docker, &todo, args.mirror.as_deref(), &cleanup, &stderr_progress).await?
+        {
+            let tag = KnownImage::by_name(built.name).map_or(built.name, |k| k.tag);
+            match built.result {
+                Ok(took) => outln!(
+                    "built {tag} in {:.0}s{}",
+                    took.as_secs_f64(),
+                    size_of(&docker, tag).await
+                ),
+                Err(e) => {
+                    failed += 1;
+                    errln!("agentbox: error: {tag}: {e}");
+                }
+            }
+        }
+        if todo.len() > 1 {
+            outln!(
+                "{} image(s) in {:.0}s",
+                todo.len() - failed,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    } else {
+        for known in todo {
+            errln!(
+                "building {} through Docker from images/{}/Dockerfile",
+                known.tag,
+                known.name
+            );
+            let started = Instant::now();
+            // Without a registry the first build fails on its base image, and so would the
+            // others: stop at the first failure.
+            build_with_docker(&docker, known, &cleanup, &stderr_progress)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "{e}\nwithout a container registry, build it from Debian packages: \
+                         agentbox image build {} --offline",
+                        known.name
+                    )
+                })?;
+            outln!(
+                "built {} in {:.0}s{}",
+                known.tag,
+                started.elapsed().as_secs_f64(),
+                size_of(&docker, known.tag).await
+            );
+        }
     }
-    outln!("built {} in {:.0}s", known.tag, started.elapsed().as_secs_f64());
-    Ok(0)
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+async fn size_of(docker: &bollard::Docker, tag: &str) -> String {
+    match docker.inspect_image(tag).await.ok().and_then(|i| i.size) {
+        Some(bytes) => format!(", {}", human_bytes(bytes.max(0) as u64)),
+        None => String::new(),
+    }
 }
 
 async fn list() -> anyhow::Result<u8> {
     let docker = connect_docker().await?;
     for k in KNOWN {
-        let state = if image_exists(&docker, k.tag).await? {
-            "present"
-        } else {
-            "missing"
+        let state = match image_labels(&docker, k.tag).await? {
+            Some(labels) => {
+                let tools: Vec<String> = image_toolchains(&labels)
+                    .into_iter()
+                    .map(|(t, v)| format!("{} {v}", t.display()))
+                    .collect();
+                format!("present{}  {}", size_of(&docker, k.tag).await, tools.join(", "))
+            }
+            None => "missing".to_string(),
         };
-        outln!(
-            "{:<10} {:<22} {state}  ({})",
-            k.name,
-            k.tag,
-            k.package_list().join(" ")
-        );
+        outln!("{:<9} {:<20} {state}", k.name, k.tag);
+        outln!("          packages: {}", k.package_list().join(" "));
     }
     Ok(0)
 }

@@ -6,7 +6,7 @@
 //!
 //! ```toml
 //! test_cmd = "python3 -m pytest -q"     # default: detected, as for `run`
-//! image = "agentbox/python:1"           # default: --image
+//! image = "agentbox/python:2"           # default: --image
 //! max_steps = 20                        # default: --max-steps
 //! test_files = ["spec/**"]              # test files besides the usual names
 //! ```

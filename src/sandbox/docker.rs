@@ -155,7 +155,7 @@ pub(super) async fn remove_volume(docker: &Docker, name: &str) {
 /// Create a container of `spec`'s image named `name`, registered with the run's cleanup from the
 /// moment its create request is sent (by name) and, once answered, as the container with the
 /// user cleanup tidies as: no interruption can leave it behind. A 404 means the image is missing.
-async fn create_tracked(
+pub(super) async fn create_tracked(
     docker: &Docker,
     spec: &SandboxSpec,
     name: &str,
@@ -329,7 +329,7 @@ pub(super) async fn tidy(docker: &Docker, id: &str, user: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
 }
 
-pub(super) async fn remove_container(docker: &Docker, id: &str) {
+pub(crate) async fn remove_container(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)
@@ -371,6 +371,9 @@ pub struct DockerSandbox {
     /// The run's cleanup, and this container's registration with it (released once removed).
     cleanup: Cleanup,
     registration: Mutex<Option<Registration>>,
+    /// The host files mounted as the sandbox's `/etc/passwd` and `/etc/group`; removed when
+    /// the sandbox is dropped (a running container keeps what it mounted).
+    _etc: super::identity::EtcFiles,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<(String, Registration)>,
     /// A bind-mounted project's state at the start (see `hostscan`), registered for the
@@ -452,11 +455,12 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
+        let etc = super::identity::etc_files(docker, spec).await?;
         let (id, registration) = create_tracked(
             docker,
             spec,
             &name,
-            spec.create_body(main),
+            spec.create_body(main, Some(etc.dir())),
             "create container",
             spec.user(),
         )
@@ -518,6 +522,7 @@ impl DockerSandbox {
                 created_at,
                 cleanup: spec.cleanup.clone(),
                 registration: Mutex::new(registration.take()),
+                _etc: etc,
                 volume: None,
                 guard: Mutex::new(None),
             };

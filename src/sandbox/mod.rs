@@ -12,6 +12,7 @@ pub mod fsop;
 pub mod gc;
 pub mod gitquote;
 pub mod hostscan;
+pub mod identity;
 mod policy;
 pub mod seccomp;
 
@@ -21,6 +22,7 @@ use async_trait::async_trait;
 
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
+pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
@@ -192,10 +194,9 @@ pub enum SandboxError {
     ProjectMissing(String),
     #[error("project path {0} is not a directory")]
     ProjectNotDirectory(String),
-    #[error(
-        "image {image} is missing{detail}; build it with `agentbox image build` \
-         (or offline, from Debian packages: `agentbox image build --offline`)"
-    )]
+    /// `detail` says what was tried and how to get the image (the image layer knows which
+    /// images agentbox builds and which it pulls).
+    #[error("image {image} is missing{detail}")]
     ImageMissing { image: String, detail: String },
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),

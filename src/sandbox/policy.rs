@@ -296,11 +296,39 @@ impl SandboxSpec {
         }
     }
 
+    /// A container that is created and never started: the image's `/etc/passwd` and
+    /// `/etc/group` are read out of it through the archive API (see `identity`).
+    pub fn reader_body(&self) -> ContainerCreateBody {
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(vec!["true".into()]),
+            entrypoint: Some(vec![]),
+            user: Some("65534:65534".into()),
+            labels: Some(self.labels()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(security_opts()),
+                readonly_rootfs: Some(true),
+                log_config: Some(HostConfigLogConfig {
+                    typ: Some("none".into()),
+                    config: None,
+                }),
+                runtime: self.runtime.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
     pub fn container_name(&self) -> String {
         format!("agentbox-{}", self.session)
     }
 
-    pub fn create_body(&self, main: MainProcess) -> ContainerCreateBody {
+    /// The sandbox container. `etc`: a host directory holding the `passwd` and `group` files
+    /// mounted read-only over the image's (see `identity`).
+    pub fn create_body(&self, main: MainProcess, etc: Option<&std::path::Path>) -> ContainerCreateBody {
         let labels = self.labels();
 
         let tmpfs_opts = |size: i64, owner: bool, mode: &str| {
@@ -357,6 +385,18 @@ impl SandboxSpec {
                 ..Default::default()
             }],
         };
+        let mut mounts = mounts;
+        if let Some(etc) = etc {
+            for name in ["passwd", "group"] {
+                mounts.push(Mount {
+                    target: Some(format!("/etc/{name}")),
+                    source: Some(etc.join(name).to_string_lossy().into_owned()),
+                    typ: Some(MountType::BIND),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+        }
 
         let ulimit = |name: &str, value: i64| ResourcesUlimits {
             name: Some(name.to_string()),
@@ -456,7 +496,7 @@ mod tests {
     fn spec() -> SandboxSpec {
         SandboxSpec {
             session: "abc".into(),
-            image: "agentbox/python:1".into(),
+            image: "agentbox/python:2".into(),
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],
@@ -490,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_policy_is_locked_down() {
-        let body = spec().create_body(MainProcess::Executor);
+        let body = spec().create_body(MainProcess::Executor, None);
         assert_eq!(
             body.user.as_deref(),
             Some("1000:1000"),
@@ -508,7 +548,7 @@ mod tests {
         assert_eq!(hc.init, Some(false), "the executor is PID 1 and reaps");
         assert_eq!(
             spec()
-                .create_body(MainProcess::KeepAlive)
+                .create_body(MainProcess::KeepAlive, None)
                 .host_config
                 .unwrap()
                 .init,
@@ -584,7 +624,10 @@ mod tests {
 
     #[test]
     fn in_memory_filesystems_and_ipc_are_bounded() {
-        let hc = spec().create_body(MainProcess::Executor).host_config.unwrap();
+        let hc = spec()
+            .create_body(MainProcess::Executor, None)
+            .host_config
+            .unwrap();
         let tmpfs = hc.tmpfs.unwrap();
         let l = Limits::default();
         assert!(tmpfs[HOME].contains(&format!("size={}", l.home_bytes)));
@@ -598,13 +641,28 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_user_files_are_mounted_read_only_over_the_images() {
+        let body = spec().create_body(MainProcess::Executor, Some(std::path::Path::new("/h/etc")));
+        let mounts = body.host_config.unwrap().mounts.unwrap();
+        for name in ["passwd", "group"] {
+            let m = mounts
+                .iter()
+                .find(|m| m.target.as_deref() == Some(&format!("/etc/{name}")))
+                .unwrap();
+            assert_eq!(m.source.as_deref(), Some(format!("/h/etc/{name}").as_str()));
+            assert_eq!(m.read_only, Some(true));
+            assert_eq!(m.typ, Some(MountType::BIND));
+        }
+    }
+
+    #[test]
     fn keepalive_runs_as_another_uid() {
         let mut s = spec();
         assert_eq!(s.keepalive_uid(), 65534);
         s.uid = 65534;
         assert_eq!(s.keepalive_uid(), 65533);
         assert_eq!(
-            s.create_body(MainProcess::KeepAlive).user.as_deref(),
+            s.create_body(MainProcess::KeepAlive, None).user.as_deref(),
             Some("65533:65533")
         );
     }

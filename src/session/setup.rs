@@ -46,7 +46,7 @@ pub async fn open_spec(
     spec: SandboxSpec,
 ) -> Result<(Docker, DockerSandbox), SandboxError> {
     let docker = connect_docker().await?;
-    ensure_image(&docker, &cfg.image, &mut stderr_progress).await?;
+    ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut stderr_progress).await?;
     let sandbox = DockerSandbox::create(&docker, spec).await?;
     Ok((docker, sandbox))
 }
