@@ -44,7 +44,23 @@ fn parse_args() -> Result<Cli, UsageError> {
         cmd = crate::config_file::apply(cmd, &table, &path)?;
     }
     let matches = cmd.get_matches();
-    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Only commands with sandbox settings have an `image` argument to ask about.
+    if let Some(args) = cli.command.sandbox_args_mut()
+        && args.image.is_some()
+    {
+        let source = matches
+            .subcommand()
+            .and_then(|(_, sub)| sub.value_source("image"))
+            .map(|s| match s {
+                clap::parser::ValueSource::CommandLine => "--image",
+                clap::parser::ValueSource::EnvVariable => "AGENTBOX_IMAGE",
+                // The config file's values are clap's defaults; there is no built-in one.
+                _ => "the config file",
+            });
+        args.image_source = source.map(String::from);
+    }
+    Ok(cli)
 }
 
 fn init_tracing(verbose: u8) {

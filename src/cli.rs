@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::image::DEFAULT_IMAGE;
 use crate::model::ToolChoice;
 
 #[derive(Debug, Parser)]
@@ -48,9 +47,15 @@ pub enum Command {
 /// Sandbox settings shared by every command that starts one.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
-    /// Image the sandbox runs.
-    #[arg(long, env = "AGENTBOX_IMAGE", default_value = DEFAULT_IMAGE)]
-    pub image: String,
+    /// Image the sandbox runs [default: chosen from the project's manifests (run, chat, eval,
+    /// exec), else agentbox/python].
+    #[arg(long, value_name = "IMAGE", env = "AGENTBOX_IMAGE")]
+    pub image: Option<String>,
+
+    /// Where `image` came from ("--image", "AGENTBOX_IMAGE", the config file), for messages;
+    /// filled in after parsing.
+    #[arg(skip)]
+    pub image_source: Option<String>,
 
     /// Seconds before a command, and everything it started, is killed.
     #[arg(long, value_name = "SECS", env = "AGENTBOX_COMMAND_TIMEOUT", default_value_t = 120,
@@ -235,9 +240,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,
 
-    /// The project's test command [default: detected, e.g. pytest].
+    /// The project's test command; repeat it for several (all must pass) [default: detected
+    /// from the project's root manifests: cargo test, go test ./..., npm test, make test,
+    /// pytest].
     #[arg(long, value_name = "CMD")]
-    pub test_cmd: Option<String>,
+    pub test_cmd: Vec<String>,
 
     /// No `bash` tool: only list_files, read_file, edit_file, search and run_tests.
     #[arg(long)]
@@ -388,4 +395,19 @@ pub struct EvalArgs {
 
     /// A directory of tasks: each subdirectory holds a project and its TASK.md.
     pub tasks_dir: PathBuf,
+}
+
+impl Command {
+    /// The sandbox settings of a command that starts a sandbox.
+    pub fn sandbox_args_mut(&mut self) -> Option<&mut SandboxArgs> {
+        match self {
+            Command::Run(a) => Some(&mut a.agent.sandbox),
+            Command::Chat(a) => Some(&mut a.agent.sandbox),
+            Command::Demo(a) => Some(&mut a.agent.sandbox),
+            Command::Eval(a) => Some(&mut a.agent.sandbox),
+            Command::Exec(a) => Some(&mut a.sandbox),
+            Command::Doctor(a) => Some(&mut a.sandbox),
+            Command::Gc(_) | Command::Image(_) => None,
+        }
+    }
 }

@@ -19,7 +19,14 @@ pub struct UsageError(pub String);
 
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
+    /// The image sandboxes start from: the one given, or [`DEFAULT_IMAGE`] until a session
+    /// chooses one for its project (`session::choose_image`).
+    ///
+    /// [`DEFAULT_IMAGE`]: crate::image::DEFAULT_IMAGE
     pub image: String,
+    /// Where the user named the image (`--image`, `AGENTBOX_IMAGE`, the config file, a task's
+    /// `task.toml`); `None`: not named, so it is chosen from the project.
+    pub image_source: Option<String>,
     pub command_timeout: Duration,
     pub limits: Limits,
     pub runtime: Option<String>,
@@ -90,11 +97,18 @@ impl SandboxConfig {
             shm_bytes: budget.shm,
             max_file_bytes: size("max-file-size", &args.max_file_size)?,
         };
-        if args.image.trim().is_empty() {
+        if args.image.as_ref().is_some_and(|i| i.trim().is_empty()) {
             return Err(UsageError("--image: must not be empty".into()));
         }
         Ok(SandboxConfig {
-            image: args.image.clone(),
+            image: args
+                .image
+                .clone()
+                .unwrap_or_else(|| crate::image::DEFAULT_IMAGE.to_string()),
+            image_source: args
+                .image
+                .as_ref()
+                .map(|_| args.image_source.clone().unwrap_or_else(|| "--image".to_string())),
             command_timeout: Duration::from_secs(args.command_timeout),
             limits,
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
@@ -351,7 +365,8 @@ pub struct AgentSettings {
     /// Copy in, patch out, instead of a bind mount.
     pub isolate: Option<IsolateSettings>,
     pub max_steps: u32,
-    pub test_cmd: Option<String>,
+    /// Given test commands (`--test-cmd`, a task's `test_cmd`); empty: detected.
+    pub test_cmd: Vec<String>,
     pub shell: bool,
     pub trajectory: Option<std::path::PathBuf>,
     pub approve: bool,
@@ -409,9 +424,7 @@ impl AgentSettings {
                 "--resample-repeats needs --no-repeat (it is what notices a repeat)".into(),
             ));
         }
-        if let Some(cmd) = &args.test_cmd
-            && cmd.trim().is_empty()
-        {
+        if args.test_cmd.iter().any(|cmd| cmd.trim().is_empty()) {
             return Err(UsageError("--test-cmd: must not be empty".into()));
         }
         Ok(AgentSettings {

@@ -45,18 +45,25 @@ fn flag_ids(cmd: &Command, out: &mut Vec<String>) {
     }
 }
 
-fn set_default(cmd: Command, id: &str, value: &str) -> Command {
+fn set_default(cmd: Command, id: &str, values: &[String]) -> Command {
     let mut cmd = if cmd.get_arguments().any(|a| a.get_id() == id) {
-        let value = value.to_string();
-        cmd.mut_arg(id, move |a| a.default_value(value))
+        let values = values.to_vec();
+        cmd.mut_arg(id, move |a| a.default_values(values))
     } else {
         cmd
     };
     let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
     for name in names {
-        cmd = cmd.mut_subcommand(name, |s| set_default(s, id, value));
+        cmd = cmd.mut_subcommand(name, |s| set_default(s, id, values));
     }
     cmd
+}
+
+/// Flags that may be given several times (`--test-cmd`): the file may give them a list.
+fn repeatable(cmd: &Command, id: &str) -> bool {
+    cmd.get_arguments()
+        .any(|a| a.get_id() == id && matches!(a.get_action(), clap::ArgAction::Append))
+        || cmd.get_subcommands().any(|s| repeatable(s, id))
 }
 
 pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> Result<Command, UsageError> {
@@ -74,20 +81,33 @@ pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> R
                 list.join(", ")
             )));
         }
-        let text = match value {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Float(f) => f.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
+        let texts = match value {
+            toml::Value::String(s) => vec![s.clone()],
+            toml::Value::Integer(i) => vec![i.to_string()],
+            toml::Value::Float(f) => vec![f.to_string()],
+            toml::Value::Boolean(b) => vec![b.to_string()],
+            toml::Value::Array(items)
+                if repeatable(&cmd, &id) && !items.is_empty() && items.iter().all(|v| v.is_str()) =>
+            {
+                items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            }
             other => {
                 return Err(UsageError(format!(
-                    "config file {}: `{key}` must be a string, number or boolean, not {}",
+                    "config file {}: `{key}` must be a string, number or boolean{}, not {}",
                     path.display(),
+                    if repeatable(&cmd, &id) {
+                        ", or a list of strings"
+                    } else {
+                        ""
+                    },
                     other.type_str()
                 )));
             }
         };
-        cmd = set_default(cmd, &id, &text);
+        cmd = set_default(cmd, &id, &texts);
     }
     Ok(cmd)
 }
@@ -150,5 +170,35 @@ mod tests {
             .unwrap();
         assert!(err.contains("lots"), "{err}");
         assert!(parse("memory = [1]", &["agentbox", "run", "p"]).is_err());
+        assert!(parse("memory = [\"1g\"]", &["agentbox", "run", "p"]).is_err());
+    }
+
+    #[test]
+    fn test_commands_may_be_a_list_and_the_image_is_given_or_not() {
+        let Sub::Run(run) = parse(
+            "test-cmd = [\"cargo test\", \"make check\"]",
+            &["agentbox", "run", "p"],
+        )
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(run.agent.test_cmd, ["cargo test", "make check"]);
+        assert_eq!(
+            run.agent.sandbox.image, None,
+            "not given: chosen from the project"
+        );
+        let Sub::Run(run) = parse(
+            "image = \"x:1\"",
+            &["agentbox", "run", "--test-cmd", "a", "--test-cmd", "b", "p"],
+        )
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(run.agent.test_cmd, ["a", "b"]);
+        assert_eq!(run.agent.sandbox.image.as_deref(), Some("x:1"));
     }
 }

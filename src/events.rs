@@ -15,6 +15,17 @@ use crate::report::Report;
 #[derive(Debug, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event<'a> {
+    /// The first thing a session says: the image it will run, and why.
+    ImageChosen {
+        image: String,
+        reason: String,
+    },
+    /// A check before the first model request (see `session::preflight`), passed or not.
+    Preflight {
+        step: &'static str,
+        ok: bool,
+        detail: String,
+    },
     Started {
         session: String,
         model: String,
@@ -22,7 +33,7 @@ pub enum Event<'a> {
         image: String,
         exec_mode: String,
         tools: Vec<String>,
-        test_command: Option<String>,
+        test_commands: Vec<String>,
     },
     ModelRequest {
         step: u32,
@@ -184,20 +195,38 @@ impl EventSink for Printer {
         let mut out = String::new();
         let mut spin = None;
         match event {
+            Event::ImageChosen { image, reason } => {
+                let _ = writeln!(out, "agentbox: image {image} ({reason})");
+            }
+            // Passed checks are quiet; a failed one ends the run with its own error message.
+            Event::Preflight { .. } => {}
             Event::Started {
                 session,
                 model,
                 image,
                 exec_mode,
-                test_command,
+                test_commands,
                 ..
             } => {
                 let _ = writeln!(
                     out,
                     "agentbox: session {session}: {model}; sandbox {image} ({exec_mode})"
                 );
-                if let Some(cmd) = test_command {
-                    let _ = writeln!(out, "agentbox: test command: {cmd}");
+                match test_commands.as_slice() {
+                    [] => {}
+                    [cmd] => {
+                        let _ = writeln!(out, "agentbox: test command: {cmd}");
+                    }
+                    many => {
+                        let _ = writeln!(
+                            out,
+                            "agentbox: test commands (all must pass): {}",
+                            many.iter()
+                                .map(|c| format!("`{c}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                    }
                 }
             }
             Event::ModelRequest { step, .. } => spin = Some(format!("step {step}: waiting for the model")),
@@ -543,7 +572,7 @@ mod tests {
             image: "i".into(),
             exec_mode: "executor".into(),
             tools: vec!["bash".into()],
-            test_command: Some("pytest".into()),
+            test_commands: vec!["pytest".into()],
         });
         w.emit(&Event::ModelRequest {
             step: 1,

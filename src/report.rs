@@ -26,14 +26,98 @@ pub enum Outcome {
     Error,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// agentbox's own final test run: every test command, all of which must pass.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct TestVerdict {
-    pub command: Option<String>,
-    /// `None` when no test command is known or the check itself failed.
+    /// `Some(true)` when every command passed, `Some(false)` when one failed; `None` when no
+    /// test command is known or one could not be run to its end.
+    pub passed: Option<bool>,
+    /// Each command with its result, in the order they ran.
+    pub commands: Vec<CommandVerdict>,
+    /// The commands were given (`--test-cmd`, a task's `test_cmd`), not detected.
+    pub given: bool,
+    /// What detection looked at and left out (e.g. npm's placeholder test script).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CommandVerdict {
+    pub command: String,
+    /// `None` when it could not be run (or the run stopped before the tests).
     pub passed: Option<bool>,
     pub exit_code: Option<i64>,
     /// The end of the output, for the report.
     pub output_tail: String,
+    /// The files detection chose it from (empty when it was given).
+    pub based_on: Vec<String>,
+}
+
+impl TestVerdict {
+    /// "`a`", or "`a`; `b`": for one-line summaries.
+    pub fn command_line(&self) -> Option<String> {
+        (!self.commands.is_empty()).then(|| {
+            self.commands
+                .iter()
+                .map(|c| c.command.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+
+    /// The exit code of the first command that failed, else of the last one.
+    pub fn exit_code(&self) -> Option<i64> {
+        self.commands
+            .iter()
+            .find(|c| c.passed == Some(false))
+            .or(self.commands.last())
+            .and_then(|c| c.exit_code)
+    }
+
+    /// [`TestVerdict::failure_output`], or when every command passed, the last one's output
+    /// (a record of what passed).
+    pub fn failure_output_or_last(&self) -> String {
+        let failing = self.failure_output();
+        if failing.is_empty() {
+            self.commands
+                .last()
+                .map(|c| c.output_tail.clone())
+                .unwrap_or_default()
+        } else {
+            failing
+        }
+    }
+
+    /// The end of the output of each command that did not pass, one after another.
+    pub fn failure_output(&self) -> String {
+        let failing: Vec<&CommandVerdict> = self
+            .commands
+            .iter()
+            .filter(|c| c.passed != Some(true) && !c.output_tail.is_empty())
+            .collect();
+        match failing.as_slice() {
+            [one] if self.commands.len() == 1 => one.output_tail.clone(),
+            many => many
+                .iter()
+                .map(|c| format!("$ {}\n{}", c.command, c.output_tail.trim_end()))
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        }
+    }
+}
+
+impl CommandVerdict {
+    /// Where it came from, for the report: "Cargo.toml", or "--test-cmd".
+    fn origin(&self, given: bool) -> String {
+        if given || self.based_on.is_empty() {
+            "given".into()
+        } else {
+            let mut files: Vec<&str> = self.based_on.iter().map(String::as_str).take(3).collect();
+            if self.based_on.len() > 3 {
+                files.push("...");
+            }
+            format!("detected from {}", files.join(", "))
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,6 +150,9 @@ pub struct Report {
     pub usage: Usage,
     pub usage_estimated: bool,
     pub cost_usd: Option<f64>,
+    /// The sandbox's image, and why it was chosen (e.g. "Cargo.toml", "--image").
+    pub image: String,
+    pub image_reason: String,
     pub tests: TestVerdict,
     pub changed_files: Vec<ChangedFile>,
     /// Unified diff of the project against its state at the start, computed in the sandbox.
@@ -112,7 +199,7 @@ impl Report {
             Outcome::Finished => match tests.passed {
                 Some(false) => exit::TESTS_FAIL,
                 // No test command: finishing is all there is to judge.
-                _ if tests.command.is_none() => exit::PASSED,
+                _ if tests.commands.is_empty() => exit::PASSED,
                 Some(true) => exit::PASSED,
                 None => exit::ERROR,
             },
@@ -171,16 +258,8 @@ impl Report {
         for w in &self.warnings {
             s.push_str(&format!("WARNING:  {w}\n"));
         }
-        let tests = match (&self.tests.command, self.tests.passed) {
-            (None, _) => "not run (no test command; pass --test-cmd)".to_string(),
-            (Some(cmd), Some(true)) => format!("PASS  (`{cmd}`, run by agentbox after the model finished)"),
-            (Some(cmd), Some(false)) => format!(
-                "FAIL  (`{cmd}` exited {}, run by agentbox after the model finished)",
-                self.tests.exit_code.unwrap_or(-1)
-            ),
-            (Some(cmd), None) => format!("unknown (`{cmd}` could not be run)"),
-        };
-        s.push_str(&format!("tests:    {tests}\n"));
+        s.push_str(&format!("image:    {} ({})\n", self.image, self.image_reason));
+        s.push_str(&self.render_tests());
         let tokens = format!(
             "in {} ({} cached), out {}",
             self.usage.total_input(),
@@ -277,12 +356,62 @@ impl Report {
         if let Some(e) = &self.diff_error {
             s.push_str(&format!("\ndiff unavailable: {e}\n"));
         }
-        if self.tests.passed == Some(false) && !self.tests.output_tail.is_empty() {
+        let failure = self.tests.failure_output();
+        if self.tests.passed == Some(false) && !failure.is_empty() {
             s.push_str("\nend of the test output:\n");
-            s.push_str(&self.tests.output_tail);
-            if !self.tests.output_tail.ends_with('\n') {
+            s.push_str(&failure);
+            if !failure.ends_with('\n') {
                 s.push('\n');
             }
+        }
+        s
+    }
+
+    /// The `tests:` lines: one command on one line; several as a verdict and a line each.
+    fn render_tests(&self) -> String {
+        let t = &self.tests;
+        let given = t.given;
+        let mut s = match t.commands.as_slice() {
+            [] => "tests:    not run (no test command; pass --test-cmd)\n".to_string(),
+            [c] => {
+                let how = format!("run by agentbox after the model finished; {}", c.origin(given));
+                match c.passed {
+                    Some(true) => format!("tests:    PASS  (`{}`, {how})\n", c.command),
+                    Some(false) => format!(
+                        "tests:    FAIL  (`{}` exited {}, {how})\n",
+                        c.command,
+                        c.exit_code.unwrap_or(-1)
+                    ),
+                    None => format!(
+                        "tests:    unknown (`{}` could not be run; {})\n",
+                        c.command,
+                        c.origin(given)
+                    ),
+                }
+            }
+            many => {
+                let verdict = match t.passed {
+                    Some(true) => "PASS ",
+                    Some(false) => "FAIL ",
+                    None => "unknown",
+                };
+                let mut s = format!(
+                    "tests:    {verdict} ({} commands, run by agentbox after the model finished; all must pass)\n",
+                    many.len()
+                );
+                for c in many {
+                    let result = match (c.passed, c.exit_code) {
+                        (Some(true), _) => "PASS ".to_string(),
+                        (Some(false), code) => format!("FAIL  (exit {})", code.unwrap_or(-1)),
+                        (None, _) => "not run to the end".to_string(),
+                    };
+                    s.push_str(&format!("  {result}  `{}`  ({})\n", c.command, c.origin(given)));
+                }
+                s
+            }
+        };
+        for n in &t.notes {
+            s.push_str(&format!("  note: {n}\n"));
         }
         s
     }
@@ -294,10 +423,16 @@ mod tests {
 
     fn verdict(command: Option<&str>, passed: Option<bool>) -> TestVerdict {
         TestVerdict {
-            command: command.map(String::from),
             passed,
-            exit_code: None,
-            output_tail: String::new(),
+            commands: command
+                .map(|c| CommandVerdict {
+                    command: c.into(),
+                    passed,
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
         }
     }
 
@@ -313,6 +448,8 @@ mod tests {
             usage: Usage::default(),
             usage_estimated: true,
             cost_usd: None,
+            image: "agentbox/python:1".into(),
+            image_reason: "test_a.py".into(),
             tests: verdict(None, None),
             changed_files: Vec::new(),
             diff: Some(String::new()),
@@ -379,6 +516,69 @@ mod tests {
             text.contains("changed on the host (agentbox's own scan"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_test_command_is_listed_with_its_result_and_origin() {
+        let mut r = report();
+        r.tests = TestVerdict {
+            passed: Some(false),
+            commands: vec![
+                CommandVerdict {
+                    command: "cargo test".into(),
+                    passed: Some(false),
+                    exit_code: Some(101),
+                    output_tail: "test t ... FAILED\n".into(),
+                    based_on: vec!["Cargo.toml".into()],
+                },
+                CommandVerdict {
+                    command: "python3 -m pytest".into(),
+                    passed: Some(true),
+                    exit_code: Some(0),
+                    output_tail: "1 passed\n".into(),
+                    based_on: vec!["pyproject.toml".into(), "tests/test_a.py".into()],
+                },
+            ],
+            given: false,
+            notes: vec!["Makefile has no `test` target: make test not run".into()],
+        };
+        r.exit_code = Report::exit_code_for(&r.outcome, &r.tests);
+        assert_eq!(r.exit_code, exit::TESTS_FAIL);
+        let text = r.render(10);
+        assert!(
+            text.contains("image:    agentbox/python:1 (test_a.py)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tests:    FAIL  (2 commands, run by agentbox after the model finished; all must pass)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  FAIL  (exit 101)  `cargo test`  (detected from Cargo.toml)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  PASS   `python3 -m pytest`  (detected from pyproject.toml, tests/test_a.py)\n"),
+            "{text}"
+        );
+        assert!(text.contains("  note: Makefile has no `test` target"), "{text}");
+        assert!(
+            text.contains("end of the test output:\n$ cargo test\ntest t ... FAILED\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("1 passed"),
+            "only the failing command's output: {text}"
+        );
+        assert_eq!(r.tests.exit_code(), Some(101));
+        assert_eq!(
+            r.tests.command_line().as_deref(),
+            Some("cargo test; python3 -m pytest")
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["tests"]["commands"][1]["based_on"][0], "pyproject.toml");
     }
 
     #[test]

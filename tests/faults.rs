@@ -309,27 +309,39 @@ async fn a_malformed_body_or_a_bad_request_is_a_clear_error_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_refused_is_retried_then_reported() {
+async fn a_refused_endpoint_is_caught_first_and_dropped_connections_are_retried() {
+    // Nobody listens: the endpoint check before the sandbox says so, with no retries.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let project = Project::new(&[("a.py", "x = 1\n")]);
     let url = format!("http://127.0.0.1:{port}");
-    let out = run_agentbox(
-        &project,
-        &[
-            "--provider",
-            "anthropic",
-            "--base-url",
-            &url,
-            "--max-retries",
-            "1",
-        ],
-        &[("ANTHROPIC_API_KEY", KEY)],
-        None,
-    )
-    .await;
+    let args =
+        |url: &str| ["--provider", "anthropic", "--base-url", url, "--max-retries", "1"].map(String::from);
+    let refused = args(&url);
+    let refused: Vec<&str> = refused.iter().map(String::as_str).collect();
+    let out = run_agentbox(&project, &refused, &[("ANTHROPIC_API_KEY", KEY)], None).await;
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("cannot reach the model at {url}: Connection refused"))
+            && out.stderr.contains("no request was sent"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.events.iter().any(|e| e["event"] == "started"),
+        "{:?}",
+        out.events
+    );
+
+    // A server that accepts and hangs up: each request fails on the wire and is retried.
+    let server = ModelServer::start(vec![Reply::Hangup, Reply::Hangup]).await;
+    let url = server.anthropic_url();
+    let dropped = args(&url);
+    let dropped: Vec<&str> = dropped.iter().map(String::as_str).collect();
+    let out = run_agentbox(&project, &dropped, &[("ANTHROPIC_API_KEY", KEY)], None).await;
     assert_eq!(out.code, Some(4), "{}", out.stderr);
     assert!(
         out.stdout.contains(&format!(
@@ -338,7 +350,7 @@ async fn connection_refused_is_retried_then_reported() {
         "{}",
         out.stdout
     );
-    assert!(out.stdout.contains("Connection refused"), "{}", out.stdout);
+    assert_eq!(server.requests().len(), 2);
 }
 
 fn scripted(dir: &tempfile::TempDir, turns: Value) -> String {

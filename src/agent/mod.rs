@@ -362,9 +362,11 @@ impl Agent<'_> {
         if state.verify_left == 0 {
             return None;
         }
-        let cmd = self.ctx.settings.test_command.as_ref()?;
-        let out = self.ctx.shell(cmd).await.ok()?;
-        if out.success() {
+        if self.ctx.settings.test_commands.is_empty() {
+            return None;
+        }
+        let runs = self.ctx.run_tests().await.ok()?;
+        if crate::tools::all_passed(&runs) {
             return None;
         }
         state.verify_left -= 1;
@@ -374,11 +376,22 @@ impl Agent<'_> {
                 state.verify_left
             ),
         });
+        let failing: Vec<String> = runs
+            .iter()
+            .filter(|r| !r.output.success())
+            .map(|r| {
+                format!(
+                    "`{}` ({}):\n{}",
+                    r.command,
+                    r.output.status_line(),
+                    r.output.stdout.shrink(0, 1500 / runs.len().max(1)).to_text()
+                )
+            })
+            .collect();
         Some(format!(
-            "agentbox ran the tests and they still fail ({}):\n{}\nKeep working: change the code, not the \
+            "agentbox ran the tests and they still fail: {}\nKeep working: change the code, not the \
              tests, until they pass.",
-            out.status_line(),
-            out.stdout.shrink(0, 1500).to_text()
+            failing.join("\n")
         ))
     }
 }

@@ -152,7 +152,7 @@ impl Outcome {
 /// the standard tools with `bash`, no event sinks.
 fn parts() -> (ToolSettings, ToolRegistry, Fanout) {
     let settings = ToolSettings {
-        test_command: Some("the tests".into()),
+        test_commands: vec!["the tests".into()],
         ..Default::default()
     };
     (settings, ToolRegistry::standard(true, false), Fanout::default())

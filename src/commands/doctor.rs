@@ -90,6 +90,7 @@ pub async fn run(args: DoctorArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let image_ok = check_image(&docker, &cfg, &mut r).await;
     if let Some(project) = &args.project {
         check_project(project, &mut r);
+        check_detection(&docker, &cfg, project, &mut r).await;
     }
     if image_ok {
         check_policy(&docker, &cfg, &mut r).await;
@@ -197,6 +198,59 @@ async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) -> bo
             r.line(Level::Fail, "image", e.to_string(), None);
             false
         }
+    }
+}
+
+/// What `run` would choose for the project: its image (and whether it is here) and its test
+/// commands, with what detection left out.
+async fn check_detection(docker: &Docker, cfg: &SandboxConfig, project: &Path, r: &mut Report) {
+    if !project.is_dir() {
+        return;
+    }
+    let root = project.to_path_buf();
+    let Ok(detection) = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await else {
+        return;
+    };
+    let choice = crate::session::choose_image(cfg, project, &detection).await;
+    for note in &choice.notes {
+        r.line(Level::Warn, "project", note, None);
+    }
+    match image_exists(docker, &choice.image).await {
+        Ok(true) => r.line(
+            Level::Ok,
+            "project",
+            format!("runs in {} ({})", choice.image, choice.reason),
+            None,
+        ),
+        _ => r.line(
+            Level::Fail,
+            "project",
+            format!("runs in {} ({}), which is missing", choice.image, choice.reason),
+            Some(if KnownImage::by_name(&choice.image).is_some() {
+                "`agentbox image list` names it; `agentbox image build NAME --offline` builds it"
+            } else {
+                "pull or build it, or pass --image"
+            }),
+        ),
+    }
+    let commands = detection.command_lines();
+    if commands.is_empty() {
+        r.line(
+            Level::Warn,
+            "project",
+            "no test command detected: agentbox cannot judge a run",
+            Some("pass --test-cmd"),
+        );
+    } else {
+        r.line(
+            Level::Ok,
+            "project",
+            format!("tests: {} (all must pass)", commands.join("; ")),
+            None,
+        );
+    }
+    for note in &detection.notes {
+        r.line(Level::Ok, "project", note, None);
     }
 }
 
@@ -556,7 +610,8 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let mut cfg = crate::config::SandboxConfig::from_args(&crate::cli::SandboxArgs {
-            image: "i".into(),
+            image: Some("i".into()),
+            image_source: None,
             command_timeout: 60,
             memory: "2g".into(),
             cpus: Some(1.0),

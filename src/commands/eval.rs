@@ -125,15 +125,18 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         .map(|j| j as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
 
-    // Fail early, once, on what every task needs.
+    // Fail early, once, on what every task needs: Docker, and the image when one was given
+    // (otherwise each task's is chosen from its project, as for `run`).
     let docker = connect_docker().await?;
-    ensure_image(
-        &docker,
-        &base.sandbox.image,
-        &base.sandbox.cleanup,
-        &mut stderr_progress,
-    )
-    .await?;
+    if base.sandbox.image_source.is_some() {
+        ensure_image(
+            &docker,
+            &base.sandbox.image,
+            &base.sandbox.cleanup,
+            &mut stderr_progress,
+        )
+        .await?;
+    }
 
     errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",

@@ -18,6 +18,14 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     if limit > 16 << 20 {
         return Err(UsageError("--output-limit: at most 16m (from each end of each stream)".into()).into());
     }
+    if cfg.image_source.is_none() && args.project.is_dir() {
+        // As `run` chooses it (said only in the debug log: stdout and stderr are the command's).
+        let root = args.project.clone();
+        let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
+        let choice = crate::session::choose_image(&cfg, &args.project, &detection).await;
+        tracing::debug!(image = %choice.image, reason = %choice.reason, "image chosen");
+        cfg.image = choice.image;
+    }
     let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
     let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;

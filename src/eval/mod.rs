@@ -5,8 +5,8 @@
 //! and optionally `task.toml` and, for the scripted provider, `script.json`:
 //!
 //! ```toml
-//! test_cmd = "python3 -m pytest -q"     # default: detected, as for `run`
-//! image = "agentbox/python:2"           # default: --image
+//! test_cmd = "python3 -m pytest -q"     # or a list, all of which must pass; default: detected
+//! image = "agentbox/python:2"           # default: --image, else chosen as for `run`
 //! max_steps = 20                        # default: --max-steps
 //! test_files = ["spec/**"]              # test files besides the usual names
 //! ```
@@ -30,10 +30,27 @@ use crate::session::Session;
 /// Files of a task directory that are about the task, not part of the project.
 pub const TASK_FILES: &[&str] = &["TASK.md", "TASK.txt", "task.toml", "script.json"];
 
+/// A string, or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMore {
+    One(String),
+    More(Vec<String>),
+}
+
+impl OneOrMore {
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            OneOrMore::One(s) => vec![s.clone()],
+            OneOrMore::More(v) => v.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskToml {
-    pub test_cmd: Option<String>,
+    pub test_cmd: Option<OneOrMore>,
     pub image: Option<String>,
     pub max_steps: Option<u32>,
     #[serde(default)]
@@ -63,12 +80,19 @@ pub fn discover(dir: &Path) -> Result<Vec<Task>, UsageError> {
             .iter()
             .find_map(|f| std::fs::read_to_string(path.join(f)).ok());
         let Some(instruction) = instruction else { continue };
-        let toml = match std::fs::read_to_string(path.join("task.toml")) {
+        let toml: TaskToml = match std::fs::read_to_string(path.join("task.toml")) {
             Ok(text) => {
                 toml::from_str(&text).map_err(|e| UsageError(format!("task {name}: task.toml: {e}")))?
             }
             Err(_) => TaskToml::default(),
         };
+        if let Some(cmds) = &toml.test_cmd
+            && (cmds.to_vec().is_empty() || cmds.to_vec().iter().any(|c| c.trim().is_empty()))
+        {
+            return Err(UsageError(format!(
+                "task {name}: task.toml: test_cmd must be a command or a list of commands, none empty"
+            )));
+        }
         tasks.push(Task {
             name,
             dir: path,
@@ -251,11 +275,12 @@ pub async fn run_task_when<G>(
     let mut started = Instant::now();
     let mut started_at = now_secs();
     let mut settings = base.clone();
-    if let Some(cmd) = &task.toml.test_cmd {
-        settings.test_cmd = Some(cmd.clone());
+    if let Some(cmds) = &task.toml.test_cmd {
+        settings.test_cmd = cmds.to_vec();
     }
     if let Some(image) = &task.toml.image {
         settings.sandbox.image = image.clone();
+        settings.sandbox.image_source = Some("task.toml".into());
     }
     if let Some(n) = task.toml.max_steps {
         settings.max_steps = n;
@@ -318,8 +343,8 @@ pub async fn run_task_when<G>(
     let changes = session.finish_isolated(&mut report).await;
     events.emit(&crate::events::Event::Finished { report: &report });
     session.close().await;
-    let (changed, changes_error) = match changes {
-        Ok(()) => (
+    let (changed, changes_error) = match &changes {
+        Ok(_) => (
             report
                 .changed_files
                 .iter()
@@ -327,9 +352,11 @@ pub async fn run_task_when<G>(
                 .collect::<Vec<_>>(),
             None,
         ),
-        Err(e) => (Vec::new(), Some(e)),
+        Err(e) => (Vec::new(), Some(e.clone())),
     };
+    let test_code = changes.as_ref().map(|t| t.as_slice()).unwrap_or_default();
     let tests_changed = changes_error.is_some()
+        || !test_code.is_empty()
         || changed
             .iter()
             .any(|p| crate::project::is_test_file(p, &task.toml.test_files));
@@ -354,9 +381,9 @@ pub async fn run_task_when<G>(
         summary: report.summary,
         started_at,
         finished_at: now_secs(),
-        test_command: report.tests.command,
-        test_exit_code: report.tests.exit_code,
-        test_output: tail(&report.tests.output_tail, TEST_OUTPUT_MAX),
+        test_command: report.tests.command_line(),
+        test_exit_code: report.tests.exit_code(),
+        test_output: tail(&report.tests.failure_output_or_last(), TEST_OUTPUT_MAX),
     }
 }
 
@@ -450,6 +477,31 @@ mod tests {
         let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["a-task", "b-task"]);
         assert_eq!(tasks[1].toml.max_steps, Some(7));
+        std::fs::write(
+            d.path().join("b-task/task.toml"),
+            "test_cmd = [\"cargo test\", \"make test\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            discover(d.path()).unwrap()[1]
+                .toml
+                .test_cmd
+                .as_ref()
+                .unwrap()
+                .to_vec(),
+            ["cargo test", "make test"]
+        );
+        std::fs::write(
+            d.path().join("b-task/task.toml"),
+            "test_cmd = \"go test ./...\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            discover(d.path()).unwrap()[1].toml.test_cmd,
+            Some(OneOrMore::One("go test ./...".into()))
+        );
+        std::fs::write(d.path().join("b-task/task.toml"), "test_cmd = []\n").unwrap();
+        assert!(discover(d.path()).unwrap_err().0.contains("none empty"));
         std::fs::write(d.path().join("b-task/task.toml"), "max_step = 7\n").unwrap();
         assert!(
             discover(d.path())

@@ -299,8 +299,19 @@ impl ModelClient for Anthropic {
             &self.settings.retry,
             self.settings.on_retry.as_ref(),
         )
-        .await?;
-        parse_response(&bytes)
+        .await
+        .map_err(|e| super::hint_html(e, &self.settings.base_url, false))?;
+        parse_response(&bytes).map_err(|e| {
+            let e = if super::looks_like_html(&bytes) {
+                ModelError::BadResponse {
+                    provider: "anthropic",
+                    message: super::html_message(&bytes),
+                }
+            } else {
+                e
+            };
+            super::hint_html(e, &self.settings.base_url, false)
+        })
     }
 }
 

@@ -320,8 +320,19 @@ impl ModelClient for OpenAi {
             &self.settings.retry,
             self.settings.on_retry.as_ref(),
         )
-        .await?;
-        parse_response(&bytes)
+        .await
+        .map_err(|e| super::hint_html(e, &self.settings.base_url, true))?;
+        parse_response(&bytes).map_err(|e| {
+            let e = if super::looks_like_html(&bytes) {
+                ModelError::BadResponse {
+                    provider: "openai",
+                    message: super::html_message(&bytes),
+                }
+            } else {
+                e
+            };
+            super::hint_html(e, &self.settings.base_url, true)
+        })
     }
 }
 

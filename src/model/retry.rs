@@ -73,6 +73,9 @@ fn httpdate_to_unix(s: &str) -> Option<u64> {
 
 /// The `message` of a JSON error body (both providers' shapes), else the start of the body.
 pub fn error_message(body: &[u8]) -> String {
+    if super::looks_like_html(body) {
+        return super::html_message(body);
+    }
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
         let msg = v
             .pointer("/error/message")
@@ -287,8 +290,8 @@ mod tests {
             "Invalid key"
         );
         assert_eq!(
-            error_message(b"<html>bad gateway</html>"),
-            "<html>bad gateway</html>"
+            error_message(b"<html><head><title>502</title></head><body>bad   gateway</body></html>"),
+            "the server answered with an HTML page, not the API's JSON (\"502 bad gateway\")"
         );
         assert_eq!(error_message(b""), "(empty body)");
     }

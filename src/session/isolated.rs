@@ -88,9 +88,13 @@ impl Session {
     /// `--isolate`: the changes, the patch (from the manifest and the host's originals), and
     /// with `--apply` the changes in the project. The report's diff and file list become the
     /// host's account, including what was not brought back and why.
+    /// Returns the changed sources whose test code changed (`project::test_code_changed`:
+    /// a `#[cfg(test)]` module edited, say), from the host's originals and what was read back.
     /// `Err` when what changed cannot be told (then nothing is written or applied).
-    pub async fn finish_isolated(&self, report: &mut Report) -> Result<(), String> {
-        let Some(iso) = &self.isolation else { return Ok(()) };
+    pub async fn finish_isolated(&self, report: &mut Report) -> Result<Vec<String>, String> {
+        let Some(iso) = &self.isolation else {
+            return Ok(Vec::new());
+        };
         let set = match self.changeset().await {
             Ok(c) => c,
             Err(e) => {
@@ -120,6 +124,7 @@ impl Session {
             &set.skipped,
             isolate::readback::Limits::default(),
         ));
+        let test_code = test_code_changes(iso, &set).await;
         let (set, counts) = write_patch(iso, set, report).await?;
         account(&set, &counts, report);
         if iso.settings.apply {
@@ -134,7 +139,7 @@ impl Session {
                 }
             }
         }
-        Ok(())
+        Ok(test_code)
     }
 
     /// `--apply`, unless something could not be brought back; inside the run's critical
@@ -182,6 +187,48 @@ impl Session {
         }
         applied
     }
+}
+
+/// The changed files whose test code changed, comparing the host's original (what was copied
+/// in) with what the sandbox left. The originals are read as any project file is: regular
+/// files only, bounded; one that cannot be read counts as changed (the verdict must not trust
+/// what it could not check).
+async fn test_code_changes(iso: &Isolation, set: &isolate::ChangeSet) -> Vec<String> {
+    const MAX_SOURCE: u64 = 16 << 20;
+    let candidates: Vec<(String, std::path::PathBuf, Option<Vec<u8>>)> = set
+        .changes
+        .iter()
+        .filter(|(c, _)| c.path.as_path().extension().is_some_and(|e| e == "rs"))
+        .map(|(c, content)| {
+            let new = match content {
+                Some(isolate::Content::File { data, .. }) => Some(data.clone()),
+                _ => None,
+            };
+            (c.path.quoted(), iso.project.join(c.path.as_path()), new)
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    tokio::task::spawn_blocking(move || {
+        candidates
+            .into_iter()
+            .filter(|(_, original, new)| {
+                let rs = original.to_string_lossy();
+                match isolate::hostfs::read_bounded(original, MAX_SOURCE) {
+                    Ok(Some(old)) => crate::project::test_code_changed(&rs, Some(&old), new.as_deref()),
+                    // Not there before: a new file.
+                    Err(isolate::hostfs::OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        crate::project::test_code_changed(&rs, None, new.as_deref())
+                    }
+                    _ => true,
+                }
+            })
+            .map(|(shown, _, _)| shown)
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
 }
 
 /// Refuse a change set that would touch what git on this machine runs or reads (the hooks

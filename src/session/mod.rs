@@ -9,18 +9,21 @@ use async_trait::async_trait;
 
 pub mod baseline;
 mod isolated;
+pub mod preflight;
 pub mod prime;
 pub mod prompt;
 mod setup;
 
-pub use setup::{event_sinks, open_sandbox, open_spec};
+pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
 use crate::events::{Event, EventSink, Fanout};
 use crate::model::{Message, ModelClient, pricing};
-use crate::report::{Outcome, Report, TestVerdict};
+use crate::report::{CommandVerdict, Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
-use crate::tools::{Approval, Approver, ToolContext, ToolRegistry, ToolSettings, render_command};
+use crate::tools::{
+    Approval, Approver, ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs,
+};
 
 /// Largest diff kept for the report.
 const MAX_DIFF_BYTES: usize = 4 << 20;
@@ -40,6 +43,10 @@ pub struct Session {
     /// The run's cleanup owner: `--apply` runs inside its critical section.
     cleanup: crate::sandbox::Cleanup,
     started: Instant,
+    /// The image and test commands, and why (for the report).
+    plan: ProjectPlan,
+    /// Known before the run, for the report (a root-owned project).
+    warnings: Vec<String>,
 }
 
 impl Session {
@@ -69,42 +76,67 @@ impl Session {
         work(&self.agent(), &self.aids, task).await
     }
 
-    /// Run the tests ourselves: the model's word is not evidence.
+    /// The verdict before any test ran: every command, none run yet.
+    fn unrun_verdict(&self) -> TestVerdict {
+        TestVerdict {
+            passed: None,
+            commands: self
+                .plan
+                .tests
+                .iter()
+                .map(|t| CommandVerdict {
+                    command: t.command.clone(),
+                    based_on: t.based_on.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            given: self.plan.tests_given,
+            notes: self.plan.notes.clone(),
+        }
+    }
+
+    /// Run the tests ourselves, every command to its end: the model's word is not evidence.
     pub async fn verify(&self) -> TestVerdict {
-        let Some(cmd) = self.tool_settings.test_command.clone() else {
-            return TestVerdict {
-                command: None,
-                passed: None,
-                exit_code: None,
-                output_tail: String::new(),
-            };
-        };
-        self.events.emit(&Event::Verifying { command: cmd.clone() });
+        let mut verdict = self.unrun_verdict();
         let ctx = ToolContext {
             sandbox: &self.sandbox,
             settings: &self.tool_settings,
             approver: None,
         };
-        match ctx.shell(&cmd).await {
-            Ok(out) => {
-                let tail = out.stdout.shrink(0, 3000).to_text();
-                self.events.emit(&Event::Note {
-                    message: format!("tests: {}", out.status_line()),
-                });
-                TestVerdict {
-                    command: Some(cmd),
-                    passed: Some(out.success()),
-                    exit_code: Some(out.exit_code),
-                    output_tail: tail,
+        let mut broken = None;
+        for c in &mut verdict.commands {
+            if let Some(e) = &broken {
+                c.output_tail = format!("not run: {e}");
+                continue;
+            }
+            self.events.emit(&Event::Verifying {
+                command: c.command.clone(),
+            });
+            match ctx.shell(&c.command).await {
+                Ok(out) => {
+                    self.events.emit(&Event::Note {
+                        message: format!("tests: `{}`: {}", c.command, out.status_line()),
+                    });
+                    c.passed = Some(out.success());
+                    c.exit_code = Some(out.exit_code);
+                    c.output_tail = out.stdout.shrink(0, 3000).to_text();
+                }
+                Err(e) => {
+                    c.output_tail = format!("the test command could not be run: {e}");
+                    broken = Some(e.to_string());
                 }
             }
-            Err(e) => TestVerdict {
-                command: Some(cmd),
-                passed: None,
-                exit_code: None,
-                output_tail: format!("the test command could not be run: {e}"),
-            },
         }
+        verdict.passed = if verdict.commands.is_empty() {
+            None
+        } else if verdict.commands.iter().any(|c| c.passed == Some(false)) {
+            Some(false)
+        } else if verdict.commands.iter().all(|c| c.passed == Some(true)) {
+            Some(true)
+        } else {
+            None
+        };
+        verdict
     }
 
     /// The diff against the start of the session.
@@ -127,12 +159,7 @@ impl Session {
         let tests = if sandbox_alive {
             self.verify().await
         } else {
-            TestVerdict {
-                command: self.tool_settings.test_command.clone(),
-                passed: None,
-                exit_code: None,
-                output_tail: String::new(),
-            }
+            self.unrun_verdict()
         };
         let (diff, diff_error) = if self.isolation.is_some() {
             // `finish_isolated` gives the host's own account instead.
@@ -169,13 +196,15 @@ impl Session {
             } else {
                 pricing::estimate_cost(self.model.model(), &result.usage)
             },
+            image: self.plan.image.image.clone(),
+            image_reason: self.plan.image.reason.clone(),
             tests,
             changed_files,
             diff,
             diff_error,
             elapsed_secs: self.started.elapsed().as_secs_f64(),
             exit_code,
-            warnings: Vec::new(),
+            warnings: self.warnings.clone(),
             changed_outside_diff: None,
             patch_file: None,
             applied: None,
@@ -238,10 +267,7 @@ pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (
 
 /// No test command counts as passing: there is nothing to retry for.
 async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
-    let Some(cmd) = &ctx.settings.test_command else {
-        return true;
-    };
-    ctx.shell(cmd).await.is_ok_and(|o| o.success())
+    ctx.run_tests().await.is_ok_and(|runs| all_passed(&runs))
 }
 
 /// Prints what is about to happen and reads y/n from stdin.
@@ -271,20 +297,18 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// `render_command` for the chat's `/tests`.
+/// The chat's `/tests`: every test command, as `run_tests` shows them.
 pub async fn run_tests_now(session: &Session) -> String {
-    match &session.tool_settings.test_command {
-        None => "no test command is known (pass --test-cmd)".into(),
-        Some(cmd) => {
-            let ctx = ToolContext {
-                sandbox: &session.sandbox,
-                settings: &session.tool_settings,
-                approver: None,
-            };
-            match ctx.shell(cmd).await {
-                Ok(out) => render_command(cmd, &out),
-                Err(e) => format!("cannot run the tests: {e}"),
-            }
-        }
+    if session.tool_settings.test_commands.is_empty() {
+        return "no test command is known (pass --test-cmd)".into();
+    }
+    let ctx = ToolContext {
+        sandbox: &session.sandbox,
+        settings: &session.tool_settings,
+        approver: None,
+    };
+    match ctx.run_tests().await {
+        Ok(runs) => render_test_runs(&runs),
+        Err(e) => format!("cannot run the tests: {e}"),
     }
 }

@@ -20,15 +20,19 @@ pub async fn first_message(task: &str, ctx: &ToolContext<'_>) -> String {
     if !files.is_empty() {
         msg.push_str(&format!("\nIts files:\n{}\n", files.join("\n")));
     }
-    if let Some(cmd) = &ctx.settings.test_command
-        && let Ok(out) = ctx.shell(cmd).await
+    if !ctx.settings.test_commands.is_empty()
+        && let Ok(runs) = ctx.run_tests().await
     {
-        let state = if out.success() { "passes" } else { "fails" };
-        msg.push_str(&format!(
-            "\nThe test command `{cmd}` {state} now ({}); the end of its output:\n{}\n",
-            out.status_line(),
-            out.stdout.shrink(0, 2500).to_text().trim_end()
-        ));
+        let share = 2500 / runs.len().max(1);
+        for r in &runs {
+            let state = if r.output.success() { "passes" } else { "fails" };
+            msg.push_str(&format!(
+                "\nThe test command `{}` {state} now ({}); the end of its output:\n{}\n",
+                r.command,
+                r.output.status_line(),
+                r.output.stdout.shrink(0, share).to_text().trim_end()
+            ));
+        }
     }
     let mut budget = MAX_SOURCES;
     for path in files

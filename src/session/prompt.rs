@@ -7,7 +7,7 @@ use crate::workspace::{FsError, Workspace};
 pub const MAX_PROJECT_INSTRUCTIONS: usize = 16 * 1024;
 
 pub fn system_prompt(
-    test_command: Option<&str>,
+    test_commands: &[String],
     finish_tool: bool,
     shell: bool,
     project_instructions: Option<&str>,
@@ -26,9 +26,16 @@ pub fn system_prompt(
     if !shell {
         s.push_str("- There is no shell: use the file tools and run_tests.\n");
     }
-    match test_command {
-        Some(cmd) => s.push_str(&format!("- run_tests runs `{cmd}`.\n")),
-        None => s.push_str("- No test command is known for this project.\n"),
+    match test_commands {
+        [] => s.push_str("- No test command is known for this project.\n"),
+        [cmd] => s.push_str(&format!("- run_tests runs `{cmd}`.\n")),
+        many => s.push_str(&format!(
+            "- run_tests runs each of {}; the tests pass only when all of them pass.\n",
+            many.iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
     if finish_tool {
         s.push_str(
@@ -79,11 +86,15 @@ mod tests {
 
     #[test]
     fn the_prompt_carries_the_rules() {
-        let p = system_prompt(Some("pytest -q"), true, true, Some("Use integer cents."));
+        let p = system_prompt(&["pytest -q".into()], true, true, Some("Use integer cents."));
         assert!(p.contains("Never edit a test to make it pass"));
         assert!(p.contains("run_tests runs `pytest -q`"));
         assert!(p.contains("call finish"));
         assert!(p.ends_with("Use integer cents.\n"));
-        assert!(system_prompt(None, false, false, None).contains("There is no shell"));
+        assert!(system_prompt(&[], false, false, None).contains("There is no shell"));
+        let both = system_prompt(&["cargo test".into(), "make test".into()], false, true, None);
+        assert!(
+            both.contains("run_tests runs each of `cargo test`, `make test`; the tests pass only when all")
+        );
     }
 }

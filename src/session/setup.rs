@@ -1,5 +1,6 @@
-//! Opening a session: the model client, the sandbox (bind-mounted or isolated), the baseline
-//! for the diff, the test command, the system prompt and the tools.
+//! Opening a session: the model client, what the project is (its image and test commands,
+//! detected on the host), the preflight checks (see `preflight`), the sandbox (bind-mounted or
+//! isolated), the baseline for the diff, the system prompt and the tools.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -7,16 +8,16 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 
-use super::{Session, TerminalApprover, baseline, isolated, prompt};
+use super::{Session, TerminalApprover, baseline, isolated, preflight, prompt};
 use crate::agent::AgentConfig;
 use crate::config::{AgentSettings, SandboxConfig};
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
-use crate::image::{ensure_image, stderr_progress};
+use crate::image::{DEFAULT_IMAGE, KnownImage, ensure_image, image_exists, stderr_progress};
 use crate::isolate;
 use crate::model::ToolChoice;
+use crate::project::{Detection, ImageChoice, TestCommand};
 use crate::sandbox::{DockerSandbox, Sandbox, SandboxError, SandboxSpec, connect_docker};
 use crate::tools::{ToolRegistry, ToolSettings};
-use crate::workspace::Workspace;
 
 /// The progress printer, plus the trajectory file when asked for.
 pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
@@ -51,6 +52,76 @@ pub async fn open_spec(
     Ok((docker, sandbox))
 }
 
+/// What a session knows about its project before any sandbox exists: the image it runs and
+/// the test commands, each with the reason.
+#[derive(Debug, Clone)]
+pub struct ProjectPlan {
+    pub image: ImageChoice,
+    pub tests: Vec<TestCommand>,
+    /// The commands were given (`--test-cmd`, a task's `test_cmd`), not detected.
+    pub tests_given: bool,
+    /// What detection left out, and why.
+    pub notes: Vec<String>,
+}
+
+/// The image for `project`: the one given, else its dev container's image when present
+/// locally, else by its ecosystems (see `project::choose_image`).
+pub async fn choose_image(cfg: &SandboxConfig, project: &Path, detection: &Detection) -> ImageChoice {
+    let given = cfg.image_source.as_deref().map(|src| (cfg.image.as_str(), src));
+    let root = project.to_path_buf();
+    let dev = if given.is_none() {
+        tokio::task::spawn_blocking(move || crate::project::devcontainer(&root))
+            .await
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
+    // Whether the image is here decides; if Docker cannot say, it is not (the sandbox's own
+    // start says what is wrong with Docker).
+    let present = match dev.as_ref().and_then(|d| d.image.as_deref()) {
+        Some(image) => match connect_docker().await {
+            Ok(docker) => image_exists(&docker, image).await.unwrap_or(false),
+            Err(_) => false,
+        },
+        None => false,
+    };
+    crate::project::choose_image(
+        given,
+        detection,
+        dev.as_ref(),
+        present,
+        |name| KnownImage::by_name(name).map(|k| k.tag.to_string()),
+        DEFAULT_IMAGE,
+    )
+}
+
+/// Detect, on the host, what `project` is; choose its image and test commands.
+pub async fn plan_project(settings: &AgentSettings, project: &Path) -> anyhow::Result<ProjectPlan> {
+    let root = project.to_path_buf();
+    let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
+    let image = choose_image(&settings.sandbox, project, &detection).await;
+    let tests_given = !settings.test_cmd.is_empty();
+    let tests = if tests_given {
+        settings
+            .test_cmd
+            .iter()
+            .map(|c| TestCommand {
+                command: c.clone(),
+                based_on: Vec::new(),
+            })
+            .collect()
+    } else {
+        detection.commands.clone()
+    };
+    Ok(ProjectPlan {
+        image,
+        tests,
+        tests_given,
+        notes: if tests_given { Vec::new() } else { detection.notes },
+    })
+}
+
 impl Session {
     pub async fn open(
         settings: &AgentSettings,
@@ -67,54 +138,71 @@ impl Session {
         });
         // The model client first: a missing script or key fails before any container starts.
         let model = settings.model.client(Some(on_retry))?;
-        let (sandbox, isolation) = match &settings.isolate {
-            None => (open_sandbox(&settings.sandbox, project).await?.1, None),
-            Some(iso) => {
-                let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
-                let root = project.canonicalize()?;
-                let exclude = iso.exclude.clone();
-                let dir = root.clone();
-                let packed = tokio::task::spawn_blocking(move || {
-                    isolate::pack(&dir, uid, gid, &|p| {
-                        exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
-                    })
-                })
-                .await??;
-                let spec = settings.sandbox.volume_spec(project, packed.tar.path())?;
-                let (_, sb) = open_spec(&settings.sandbox, spec).await?;
-                (
-                    sb,
-                    Some(isolated::Isolation {
-                        project: root,
-                        manifest: Arc::new(packed.manifest),
-                        settings: iso.clone(),
-                    }),
-                )
-            }
-        };
+        let plan = plan_project(settings, project).await?;
+        events.emit(&Event::ImageChosen {
+            image: plan.image.image.clone(),
+            reason: plan.image.reason.clone(),
+        });
+        for message in plan.image.notes.iter().chain(&plan.notes) {
+            events.emit(&Event::Note {
+                message: message.clone(),
+            });
+        }
+        let mut warnings = Vec::new();
+        if let Ok(dir) = crate::sandbox::inspect_project(project)
+            && dir.uid == 0
+        {
+            let w = format!(
+                "{} is owned by root: the sandbox's commands run as uid 0 (without capabilities); chown \
+                 the project to an ordinary user so they run as that user",
+                project.display()
+            );
+            events.emit(&Event::Note {
+                message: format!("WARNING: {w}"),
+            });
+            warnings.push(w);
+        }
+        preflight::model_endpoint(&settings.model, events.as_ref()).await?;
+        let mut sandbox_cfg = settings.sandbox.clone();
+        sandbox_cfg.image = plan.image.image.clone();
+        let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
+        preflight::report(
+            events.as_ref(),
+            preflight::Step::Sandbox,
+            opened
+                .as_ref()
+                .map(|(sb, _)| sb.info().session.clone())
+                .map_err(|e| e.to_string()),
+        );
+        let (sandbox, isolation) = opened?;
+        // (Issue 12: the project's setup phase slots in here, before the programs are checked.)
+        if let Err(e) = preflight::test_programs(
+            &sandbox,
+            &plan.tests,
+            plan.tests_given,
+            &plan.image.image,
+            events.as_ref(),
+        )
+        .await
+        {
+            let _ = sandbox.shutdown().await;
+            return Err(match e {
+                Ok(usage) => usage.into(),
+                Err(sandbox_error) => sandbox_error.into(),
+            });
+        }
         let timeout = settings.sandbox.command_timeout;
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();
-        let test_command = match &settings.test_cmd {
-            Some(cmd) => Some(cmd.clone()),
-            None => {
-                let listing = Workspace::new(&sandbox).list(".", 5000).await?;
-                crate::project::test_command(&listing.lines)
-            }
-        };
+        let test_commands: Vec<String> = plan.tests.iter().map(|t| t.command.clone()).collect();
         let instructions = prompt::project_instructions(&sandbox).await?;
         let finish = settings.model.tool_choice == ToolChoice::Required;
         let tools = ToolRegistry::standard(settings.shell, finish);
-        let system = prompt::system_prompt(
-            test_command.as_deref(),
-            finish,
-            settings.shell,
-            instructions.as_deref(),
-        );
+        let system = prompt::system_prompt(&test_commands, finish, settings.shell, instructions.as_deref());
         let tool_settings = ToolSettings {
             command_timeout: timeout,
-            test_command,
+            test_commands,
             protect_tests: settings.aids.protect_tests,
             ..Default::default()
         };
@@ -125,7 +213,7 @@ impl Session {
             image: sandbox.info().image.clone(),
             exec_mode: sandbox.info().exec_mode.to_string(),
             tools: tools.names().iter().map(|s| s.to_string()).collect(),
-            test_command: tool_settings.test_command.clone(),
+            test_commands: tool_settings.test_commands.clone(),
         });
         if instructions.is_some() {
             events.emit(&Event::Note {
@@ -156,6 +244,41 @@ impl Session {
             approver: settings.approve.then_some(TerminalApprover),
             cleanup: settings.sandbox.cleanup.clone(),
             started: Instant::now(),
+            plan,
+            warnings,
         })
     }
+}
+
+/// The session's sandbox: the project bind-mounted, or copied into a volume (`--isolate`).
+async fn open_session_sandbox(
+    settings: &AgentSettings,
+    cfg: &SandboxConfig,
+    project: &Path,
+) -> anyhow::Result<(DockerSandbox, Option<isolated::Isolation>)> {
+    Ok(match &settings.isolate {
+        None => (open_sandbox(cfg, project).await?.1, None),
+        Some(iso) => {
+            let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
+            let root = project.canonicalize()?;
+            let exclude = iso.exclude.clone();
+            let dir = root.clone();
+            let packed = tokio::task::spawn_blocking(move || {
+                isolate::pack(&dir, uid, gid, &|p| {
+                    exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
+                })
+            })
+            .await??;
+            let spec = cfg.volume_spec(project, packed.tar.path())?;
+            let (_, sb) = open_spec(cfg, spec).await?;
+            (
+                sb,
+                Some(isolated::Isolation {
+                    project: root,
+                    manifest: Arc::new(packed.manifest),
+                    settings: iso.clone(),
+                }),
+            )
+        }
+    })
 }

@@ -51,21 +51,26 @@ impl Tool for EditFile {
                 human_bytes(s.max_edit_bytes as u64)
             )));
         }
-        if s.protect_tests {
-            let rel = args
-                .path
-                .trim_start_matches("./")
-                .trim_start_matches("/workspace/");
-            if crate::project::is_test_file(rel, &s.test_patterns) {
-                return Err(ToolError::RespondToModel(format!(
-                    "{} is a test file, and the tests are the specification: leave them as they are and \
-                     change the code under test instead",
-                    args.path
-                )));
-            }
+        let rel = args
+            .path
+            .trim_start_matches("./")
+            .trim_start_matches("/workspace/");
+        if s.protect_tests && crate::project::is_test_file(rel, &s.test_patterns) {
+            return Err(ToolError::RespondToModel(format!(
+                "{} is a test file, and the tests are the specification: leave them as they are and \
+                 change the code under test instead",
+                args.path
+            )));
         }
         let ws = Workspace::new(ctx.sandbox);
         if args.old.is_empty() {
+            if s.protect_tests && crate::project::test_code_changed(rel, None, Some(args.new.as_bytes())) {
+                return Err(ToolError::RespondToModel(format!(
+                    "{} would hold test code (a #[cfg(test)] module or a #[test] function), and the tests \
+                     are the specification: leave them as they are",
+                    args.path
+                )));
+            }
             approve(ctx, &args.path, "", &args.new).await?;
             return match ws.create(&args.path, args.new.clone().into_bytes()).await {
                 Ok(()) => Ok(ToolOutput::text(format!(
@@ -112,6 +117,16 @@ impl Tool for EditFile {
         updated.push_str(&text[..at]);
         updated.push_str(&args.new);
         updated.push_str(&text[at + args.old.len()..]);
+        if s.protect_tests
+            && crate::project::test_code_changed(rel, Some(text.as_bytes()), Some(updated.as_bytes()))
+        {
+            return Err(ToolError::RespondToModel(format!(
+                "this edit changes test code in {} (a #[cfg(test)] module or a #[test] function), and \
+                 the tests are the specification: leave them as they are and change the code under test \
+                 instead",
+                args.path
+            )));
+        }
         approve(ctx, &args.path, &text, &updated).await?;
         ws.replace(&args.path, updated.clone().into_bytes()).await?;
         Ok(ToolOutput::text(describe_edit(

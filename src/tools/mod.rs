@@ -81,8 +81,9 @@ pub trait Approver: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ToolSettings {
     pub command_timeout: Duration,
-    /// The project's fixed test command, run by `run_tests` and by the final check.
-    pub test_command: Option<String>,
+    /// The project's test commands, run by `run_tests` and by the final check: all of them,
+    /// in order; the tests pass only if every one passes.
+    pub test_commands: Vec<String>,
     /// Bytes of command output shown to the model: the start and the end.
     pub output_head: usize,
     pub output_tail: usize,
@@ -103,7 +104,7 @@ impl Default for ToolSettings {
     fn default() -> Self {
         ToolSettings {
             command_timeout: Duration::from_secs(120),
-            test_command: None,
+            test_commands: Vec::new(),
             output_head: 4000,
             output_tail: 8000,
             read_max_lines: 500,
@@ -127,18 +128,95 @@ pub struct ToolContext<'a> {
 impl ToolContext<'_> {
     /// Run a shell command with stderr merged into stdout, bounded for the model.
     pub async fn shell(&self, command: &str) -> Result<ExecOutput, SandboxError> {
+        self.shell_bounded(command, self.settings.output_head, self.settings.output_tail)
+            .await
+    }
+
+    /// [`ToolContext::shell`], keeping `head` and `tail` bytes of the output.
+    pub async fn shell_bounded(
+        &self,
+        command: &str,
+        head: usize,
+        tail: usize,
+    ) -> Result<ExecOutput, SandboxError> {
         // Not a login shell (`-l`): on Debian-based images /etc/profile replaces the image's own
         // PATH (the one `docker exec` and the Dockerfile's RUN use) with a fixed one, and reading
         // it costs about 4 ms a command, as much as the rest of a `true` call.
         let argv = ["/bin/sh", "-c", "exec 2>&1; exec bash -c \"$1\"", "sh", command];
-        let mut req = ExecRequest::argv(argv, self.settings.command_timeout)
-            .capture(self.settings.output_head, self.settings.output_tail);
+        let mut req = ExecRequest::argv(argv, self.settings.command_timeout).capture(head, tail);
         // The executor runs the same bash with stderr on stdout's pipe itself: no `sh` first.
         req.native = Some(NativeOp {
             op: "shell",
             args: vec![command.to_string()],
         });
         self.sandbox.exec(req).await
+    }
+}
+
+/// One test command's run.
+#[derive(Debug)]
+pub struct TestRun {
+    pub command: String,
+    pub output: ExecOutput,
+}
+
+/// Whether every test command passed (none at all: nothing failed).
+pub fn all_passed(runs: &[TestRun]) -> bool {
+    runs.iter().all(|r| r.output.success())
+}
+
+/// The least each of several test commands keeps of its output's start and end.
+const MIN_SHARE: (usize, usize) = (1000, 2000);
+
+impl ToolContext<'_> {
+    /// Run every test command, in order, each to its end even when an earlier one failed.
+    /// Together they keep about what one command's output is allowed (each an equal share,
+    /// never less than [`MIN_SHARE`]).
+    pub async fn run_tests(&self) -> Result<Vec<TestRun>, SandboxError> {
+        let commands = &self.settings.test_commands;
+        let n = commands.len().max(1);
+        let head = (self.settings.output_head / n).max(MIN_SHARE.0.min(self.settings.output_head));
+        let tail = (self.settings.output_tail / n).max(MIN_SHARE.1.min(self.settings.output_tail));
+        let mut runs = Vec::with_capacity(commands.len());
+        for command in commands {
+            let output = self.shell_bounded(command, head, tail).await?;
+            runs.push(TestRun {
+                command: command.clone(),
+                output,
+            });
+        }
+        Ok(runs)
+    }
+}
+
+/// Test runs the way the model sees them: one command as [`render_command`]; several each in
+/// turn, then a line with every verdict (the line the progress printer shows).
+pub fn render_test_runs(runs: &[TestRun]) -> String {
+    match runs {
+        [one] => render_command(&one.command, &one.output),
+        many => {
+            let mut s = many
+                .iter()
+                .map(|r| render_command(&r.command, &r.output))
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            let verdicts: Vec<String> = many
+                .iter()
+                .map(|r| {
+                    if r.output.success() {
+                        format!("`{}` passed", r.command)
+                    } else {
+                        format!("`{}` FAILED ({})", r.command, r.output.status_line())
+                    }
+                })
+                .collect();
+            s.push_str(&format!(
+                "\n\n{} test commands, all must pass: {}",
+                many.len(),
+                verdicts.join("; ")
+            ));
+            s
+        }
     }
 }
 
@@ -324,6 +402,36 @@ mod tests {
             edit.input_schema["required"],
             serde_json::json!(["path", "old", "new"])
         );
+    }
+
+    #[test]
+    fn several_test_runs_are_shown_in_turn_with_a_last_line_of_verdicts() {
+        let run = |command: &str, exit_code: i64, out: &str| TestRun {
+            command: command.into(),
+            output: ExecOutput {
+                exit_code,
+                stdout: crate::sandbox::Captured::complete(out.as_bytes().to_vec()),
+                ..Default::default()
+            },
+        };
+        let one = [run("cargo test", 101, "test t ... FAILED\n")];
+        assert_eq!(
+            render_test_runs(&one),
+            render_command("cargo test", &one[0].output)
+        );
+        assert!(!all_passed(&one));
+        let two = [run("cargo test", 0, "ok\n"), run("make test", 2, "boom\n")];
+        let text = render_test_runs(&two);
+        assert!(text.starts_with("$ cargo test\nok\n"), "{text}");
+        assert!(text.contains("\n\n$ make test\nboom\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "2 test commands, all must pass: `cargo test` passed; `make test` FAILED (exit 2)"
+            ),
+            "{text}"
+        );
+        assert!(!all_passed(&two));
+        assert!(all_passed(&two[..1]));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, ToolSettings, render_command};
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolSettings, render_test_runs};
 
 pub struct RunTests;
 
@@ -12,12 +12,21 @@ impl Tool for RunTests {
     }
 
     fn description(&self, s: &ToolSettings) -> String {
-        match &s.test_command {
-            Some(cmd) => format!(
+        match s.test_commands.as_slice() {
+            [] => "Run the project's test suite. No test command is known for this project yet.".into(),
+            [cmd] => format!(
                 "Run the project's test suite (`{cmd}`) and show its output (the start and the end \
                  when long) and exit status. Takes no arguments."
             ),
-            None => "Run the project's test suite. No test command is known for this project yet.".into(),
+            many => format!(
+                "Run the project's test suites, each in turn: {}. Shows each one's output (the start and \
+                 the end when long) and exit status; the tests pass only when every one passes. Takes no \
+                 arguments.",
+                many.iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 
@@ -26,12 +35,12 @@ impl Tool for RunTests {
     }
 
     async fn call(&self, _args: Value, ctx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
-        let Some(cmd) = &ctx.settings.test_command else {
+        if ctx.settings.test_commands.is_empty() {
             return Err(ToolError::RespondToModel(
                 "no test command is known for this project (the user can set one with --test-cmd)".into(),
             ));
-        };
-        let out = ctx.shell(cmd).await?;
-        Ok(ToolOutput::text(render_command(cmd, &out)))
+        }
+        let runs = ctx.run_tests().await?;
+        Ok(ToolOutput::text(render_test_runs(&runs)))
     }
 }

@@ -66,6 +66,26 @@ impl Project {
         p
     }
 
+    /// A copy of the directory `src` (e.g. a fixture), plus `extra` files.
+    pub fn copy_of(src: &Path, extra: &[(&str, &str)]) -> Project {
+        fn copy_dir(src: &Path, dst: &Path) {
+            for entry in std::fs::read_dir(src).unwrap() {
+                let entry = entry.unwrap();
+                let to = dst.join(entry.file_name());
+                if entry.file_type().unwrap().is_dir() {
+                    std::fs::create_dir_all(&to).unwrap();
+                    copy_dir(&entry.path(), &to);
+                } else {
+                    std::fs::copy(entry.path(), &to).unwrap();
+                }
+            }
+        }
+        let project = Project::new(extra);
+        copy_dir(src, project.path());
+        project.chown_all();
+        project
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -108,7 +128,8 @@ impl Project {
 
 pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
-        image: agentbox::image::DEFAULT_IMAGE.into(),
+        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image_source: None,
         command_timeout: 60,
         memory: "1g".into(),
         cpus: None,
@@ -163,6 +184,36 @@ pub async fn containers_of_pid(docker: &Docker, pid: u32) -> usize {
         .await
         .expect("list containers")
         .len()
+}
+
+/// Containers the daemon created for the agentbox process `pid` between the Unix times `since`
+/// and `until` (its event log, so also those already removed).
+pub async fn containers_created(docker: &Docker, pid: u32, since: i64, until: i64) -> usize {
+    use bollard::query_parameters::EventsOptionsBuilder;
+    use futures_util::StreamExt;
+    let filters = std::collections::HashMap::from([
+        ("type".to_string(), vec!["container".to_string()]),
+        ("event".to_string(), vec!["create".to_string()]),
+        ("label".to_string(), vec![format!("agentbox.pid={pid}")]),
+    ]);
+    let opts = EventsOptionsBuilder::default()
+        .since(&since.to_string())
+        .until(&until.to_string())
+        .filters(&filters)
+        .build();
+    let events: Vec<_> = docker.events(Some(opts)).collect().await;
+    for e in &events {
+        assert!(e.is_ok(), "docker events: {e:?}");
+    }
+    events.len()
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 /// Volumes labelled by the agentbox process `pid`.

@@ -1,0 +1,3 @@
+module example.com/roman
+
+go 1.19

@@ -1,0 +1,147 @@
+//! The checks between `agentbox run` and the first model request, in this order, each able to
+//! stop the run before the model is asked anything:
+//!
+//! 1. [`Step::ModelEndpoint`]: the model's endpoint accepts a connection (TCP, and the TLS
+//!    handshake for https; no request). Before any sandbox work, so an unreachable model fails
+//!    in seconds with exit 4. Skipped for the scripted provider.
+//! 2. [`Step::Sandbox`]: the sandbox starts, its image present or built.
+//! 3. (the project's setup phase goes here, issue 12: it may install what the tests need, so
+//!    it comes before the next check)
+//! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
+//!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
+//!    the image, the program and the fix, without a model request.
+//!
+//! Each step reports itself as an [`Event::Preflight`], so a trajectory shows how far a run got.
+
+use std::time::Duration;
+
+use crate::config::{ModelConfig, UsageError};
+use crate::events::{Event, EventSink};
+use crate::image::KnownImage;
+use crate::model::ModelError;
+use crate::project::{Ecosystem, TestCommand, program_check};
+use crate::sandbox::{ExecRequest, Sandbox, SandboxError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    ModelEndpoint,
+    Sandbox,
+    TestPrograms,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::ModelEndpoint => "model_endpoint",
+            Step::Sandbox => "sandbox",
+            Step::TestPrograms => "test_programs",
+        }
+    }
+}
+
+pub fn report(events: &dyn EventSink, step: Step, result: Result<String, String>) {
+    let (ok, detail) = match result {
+        Ok(d) => (true, d),
+        Err(d) => (false, d),
+    };
+    events.emit(&Event::Preflight {
+        step: step.as_str(),
+        ok,
+        detail,
+    });
+}
+
+/// Step 1.
+pub async fn model_endpoint(model: &ModelConfig, events: &dyn EventSink) -> Result<(), ModelError> {
+    if model.is_scripted() {
+        report(events, Step::ModelEndpoint, Ok("scripted: no endpoint".into()));
+        return Ok(());
+    }
+    let result =
+        crate::model::preflight::check_endpoint(&model.base_url, crate::model::preflight::CONNECT_TIMEOUT)
+            .await;
+    report(
+        events,
+        Step::ModelEndpoint,
+        match &result {
+            Ok(()) => Ok(format!("{} accepts connections", model.base_url)),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+    result
+}
+
+/// How long one program check may take: `command -v` is instant, importing a module is not
+/// much slower.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which agentbox image has a program, for the hint.
+fn image_with(program: &str) -> Option<String> {
+    let eco = match program.split_whitespace().next()? {
+        "cargo" | "rustc" => Ecosystem::Rust,
+        "go" => Ecosystem::Go,
+        "npm" | "node" | "npx" | "yarn" => Ecosystem::Node,
+        p if p.starts_with("python") || p == "pytest" => Ecosystem::Python,
+        _ => return None,
+    };
+    KnownImage::by_name(eco.image_name()).map(|k| k.tag.to_string())
+}
+
+/// Step 4. `Err(Ok(..))`: a program is missing (a usage error, exit 2); `Err(Err(..))`: the
+/// sandbox failed.
+pub async fn test_programs(
+    sandbox: &dyn Sandbox,
+    commands: &[TestCommand],
+    given: bool,
+    image: &str,
+    events: &dyn EventSink,
+) -> Result<(), Result<UsageError, SandboxError>> {
+    let mut missing = Vec::new();
+    let mut checked = Vec::new();
+    for c in commands {
+        let Some((program, check)) = program_check(&c.command) else {
+            continue;
+        };
+        let out = sandbox
+            .exec(ExecRequest::argv(["sh", "-c", check.as_str()], CHECK_TIMEOUT).capture(1024, 1024))
+            .await
+            .map_err(Err)?;
+        if out.success() {
+            checked.push(program);
+        } else {
+            missing.push((program, c));
+        }
+    }
+    if missing.is_empty() {
+        report(
+            events,
+            Step::TestPrograms,
+            Ok(format!("found: {}", checked.join(", "))),
+        );
+        return Ok(());
+    }
+    let what: Vec<String> = missing
+        .iter()
+        .map(|(program, c)| {
+            let from = if given || c.based_on.is_empty() {
+                "given".to_string()
+            } else {
+                format!("detected from {}", c.based_on.join(", "))
+            };
+            format!("no {program}, which `{}` needs ({from})", c.command)
+        })
+        .collect();
+    let other = missing
+        .iter()
+        .find_map(|(p, _)| image_with(p))
+        .filter(|i| i != image)
+        .map(|i| format!("--image {i}"))
+        .unwrap_or_else(|| "--image IMAGE with an image that has it".into());
+    let message = format!(
+        "the sandbox image {image} has {}. Choose an image that has it ({other}), or give a test \
+         command this image can run (--test-cmd CMD). No model request was made.",
+        what.join("; and ")
+    );
+    report(events, Step::TestPrograms, Err(message.clone()));
+    Err(Ok(UsageError(message)))
+}
