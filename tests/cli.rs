@@ -206,8 +206,11 @@ async fn interrupt_with(signal: i32) -> (Option<i32>, usize, String) {
         .spawn()
         .unwrap();
     let pid = child.id().unwrap();
+    // Running, not only created: a SIGKILL between create and start leaves a container that
+    // never ran (auto-removal needs a start; `agentbox gc` removes it), and on a loaded machine
+    // that window is longer than the pause below.
     let up = eventually(Duration::from_secs(60), || async {
-        containers_of_pid(&docker, pid).await == 1
+        running_containers_of_pid(&docker, pid).await == 1
     })
     .await;
     assert!(up, "the sandbox never started");
@@ -372,4 +375,20 @@ fn new_users_edges_are_usage_errors_and_quiet_pipes() {
         !err.contains("panicked") && !err.contains("internal error"),
         "{err}"
     );
+}
+
+/// Containers of the agentbox process `pid` that are running.
+async fn running_containers_of_pid(docker: &bollard::Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = std::collections::HashMap::from([
+        ("label".to_string(), vec![format!("agentbox.pid={pid}")]),
+        ("status".to_string(), vec!["running".to_string()]),
+    ]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .len()
 }
