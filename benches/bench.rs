@@ -51,7 +51,7 @@ fn row(name: &str, s: &Stats, unit: &str, note: &str) {
 fn config(per_call: bool) -> SandboxConfig {
     let mut cfg = SandboxConfig::from_args(&SandboxArgs {
         image: agentbox::image::DEFAULT_IMAGE.into(),
-        command_timeout: 120,
+        command_timeout: Some(120),
         memory: "2g".into(),
         cpus: None,
         pids_limit: 512,

@@ -1,12 +1,15 @@
-//! agentbox's images against the real daemon: each has its toolchain and the common tools, and
-//! the sandbox user exists in every one while the root stays read-only.
+//! agentbox's images against the real daemon: each has its toolchain and the common tools, the
+//! sandbox user exists in every one while the root stays read-only, toolchain caches are on the
+//! session's volume (not HOME's tmpfs) and go with the sandbox, and a cold `cargo test` fits
+//! in the rust image's default timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use agentbox::image::{KNOWN, image_labels};
+use agentbox::image::{KNOWN, KnownImage, image_labels};
 use agentbox::sandbox::{DockerSandbox, ExecRequest, Sandbox};
 use bollard::Docker;
 use support::*;
@@ -34,6 +37,21 @@ async fn run(sb: &DockerSandbox, script: &str) -> (bool, String) {
     (out.success(), text)
 }
 
+/// Volumes labelled with this session.
+async fn volumes_of_session(docker: &Docker, session: &str) -> usize {
+    use bollard::query_parameters::ListVolumesOptionsBuilder;
+    let filters = HashMap::from([("label".to_string(), vec![format!("agentbox.session={session}")])]);
+    docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .len()
+}
+
 /// What each image must run, besides the common tools.
 fn toolchain_checks(name: &str) -> &'static [&'static str] {
     match name {
@@ -58,11 +76,12 @@ fn toolchain_checks(name: &str) -> &'static [&'static str] {
 }
 
 #[tokio::test]
-async fn every_image_has_its_toolchain_and_its_user() {
+async fn every_image_has_its_toolchain_its_user_and_caches_on_disk() {
     for known in KNOWN {
         let project = Project::new(&[("hello.txt", "hi\n")]);
         let (docker, sb) = sandbox_of(&project, known.tag).await;
         let (uid, _) = project.owner();
+        let session = sb.info().session.clone();
 
         // The common tools.
         for check in [
@@ -116,7 +135,40 @@ async fn every_image_has_its_toolchain_and_its_user() {
             );
         }
 
+        // Caches and build output: on the session's volume, not on HOME's tmpfs (nor /tmp).
+        let (ok, out) = run(
+            &sb,
+            "for d in \"$CARGO_HOME\" \"$CARGO_TARGET_DIR\" \"$GOCACHE\" \"$GOPATH\" \"$npm_config_cache\" \"$PIP_CACHE_DIR\" \"$XDG_CACHE_HOME\"; do mkdir -p \"$d\" && echo \"$d $(stat -f -c %T \"$d\")\"; done; echo \"HOME $(stat -f -c %T \"$HOME\")\"",
+        )
+        .await;
+        assert!(ok, "{}: {out}", known.name);
+        let mut saw = 0;
+        for line in out.lines() {
+            let (dir, fs) = line.rsplit_once(' ').unwrap();
+            if dir == "HOME" {
+                assert_eq!(fs, "tmpfs", "HOME is the tmpfs the caches avoid");
+            } else {
+                saw += 1;
+                assert_ne!(fs, "tmpfs", "{}: {dir} is in memory", known.name);
+                assert!(dir.starts_with(agentbox::sandbox::CACHE_DIR), "{dir}");
+            }
+        }
+        assert_eq!(saw, 7, "{out}");
+        assert_eq!(
+            volumes_of_session(&docker, &session).await,
+            1,
+            "the cache volume is the session's"
+        );
+
         sb.shutdown().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                volumes_of_session(&docker, &session).await == 0
+            })
+            .await,
+            "{}: the cache volume outlived the sandbox",
+            known.name
+        );
 
         // The build recorded the toolchain versions as labels.
         let labels = image_labels(&docker, known.tag).await.unwrap().unwrap();
@@ -130,4 +182,39 @@ async fn every_image_has_its_toolchain_and_its_user() {
             "{labels:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_cold_cargo_test_passes_within_the_default_timeout() {
+    let rust = KnownImage::by_name("rust").unwrap();
+    let project = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "src/lib.rs",
+            "pub fn add(a: i32, b: i32) -> i32 { a + b }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 2), 4);\n    }\n}\n",
+        ),
+    ]);
+    let (_docker, sb) = sandbox_of(&project, rust.tag).await;
+    // No --command-timeout: the rust image's own default.
+    let timeout = config().command_timeout_for(rust.tag);
+    let mut cfg = config();
+    cfg.command_timeout_given = false;
+    let timeout_default = cfg.command_timeout_for(rust.tag);
+    assert!(
+        timeout_default > timeout,
+        "the rust image allows more than the 60s the tests give"
+    );
+    let out = sb
+        .exec(ExecRequest::shell("cargo test 2>&1", timeout_default))
+        .await
+        .unwrap();
+    let text = out.stdout.to_text();
+    assert!(out.success(), "{}: {text}", out.status_line());
+    assert!(text.contains("test result: ok. 1 passed"), "{text}");
+    // The build output went to the cache volume, not into the project.
+    assert!(!project.file("target").exists());
+    sb.shutdown().await.unwrap();
 }

@@ -557,7 +557,7 @@ mod tests {
             .collect();
         let mut cfg = crate::config::SandboxConfig::from_args(&crate::cli::SandboxArgs {
             image: "i".into(),
-            command_timeout: 60,
+            command_timeout: Some(60),
             memory: "2g".into(),
             cpus: Some(1.0),
             pids_limit: 64,

@@ -92,7 +92,7 @@ impl Session {
                 )
             }
         };
-        let timeout = settings.sandbox.command_timeout;
+        let timeout = settings.sandbox.command_timeout_for(&sandbox.info().image);
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();

@@ -109,7 +109,7 @@ impl Project {
 pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
         image: agentbox::image::DEFAULT_IMAGE.into(),
-        command_timeout: 60,
+        command_timeout: Some(60),
         memory: "1g".into(),
         cpus: None,
         pids_limit: 256,
