@@ -184,6 +184,32 @@ pub async fn image_labels(
     }
 }
 
+/// Warnings for the user where `image`'s toolchains (its labels) do not meet what the project
+/// at `project` asks for in its root manifests (see `toolchain`). Warnings, not errors: the
+/// build tools have the last word, and the task may be to change the requirement. Nothing when
+/// Docker or the manifests cannot say.
+pub async fn toolchain_warnings(image: &str, project: &Path) -> Vec<String> {
+    let root = project.to_path_buf();
+    let Ok(needs) = tokio::task::spawn_blocking(move || crate::toolchain::project_requirements(&root)).await
+    else {
+        return Vec::new();
+    };
+    if needs.is_empty() {
+        return Vec::new();
+    }
+    let Ok(docker) = crate::sandbox::connect_docker().await else {
+        return Vec::new();
+    };
+    let Ok(Some(labels)) = image_labels(&docker, image).await else {
+        return Vec::new();
+    };
+    let have = crate::toolchain::image_toolchains(&labels);
+    needs
+        .iter()
+        .filter_map(|need| crate::toolchain::toolchain_mismatch(image, &have, need))
+        .collect()
+}
+
 /// How to get an agentbox image when the daemon does not have it.
 fn build_hint(known: &KnownImage) -> String {
     format!(

@@ -218,3 +218,44 @@ async fn a_cold_cargo_test_passes_within_the_default_timeout() {
     assert!(!project.file("target").exists());
     sb.shutdown().await.unwrap();
 }
+
+#[test]
+fn a_project_asking_for_a_newer_toolchain_is_warned() {
+    let project = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"x\"\nversion = \"0.1.0\"\nrust-version = \"1.99\"\n",
+        ),
+        ("go.mod", "module example.com/x\n\ngo 1.99\n"),
+    ]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .arg(project.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Cargo.toml (rust-version) asks for Rust 1.99 or newer, but the image agentbox/polyglot:1 has Rust 1."),
+        "{err}"
+    );
+    assert!(
+        err.contains("go.mod (go directive) asks for Go 1.99 or newer"),
+        "{err}"
+    );
+    assert_eq!(err.matches("WARNING").count(), 2, "{err}");
+
+    // What the image has is enough: no warning.
+    std::fs::write(project.file("go.mod"), "module example.com/x\n\ngo 1.21\n").unwrap();
+    std::fs::remove_file(project.file("Cargo.toml")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .arg(project.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!text(&out.stderr).contains("WARNING"), "{}", text(&out.stderr));
+}

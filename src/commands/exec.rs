@@ -19,6 +19,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         return Err(UsageError("--output-limit: at most 16m (from each end of each stream)".into()).into());
     }
     let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
+    for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
+        errln!("agentbox: WARNING: {warning}");
+    }
     let timeout = cfg.command_timeout_for(&cfg.image);
     let request = ExecRequest::argv(args.command.clone(), timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;

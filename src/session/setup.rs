@@ -132,6 +132,11 @@ impl Session {
                 message: "the project's AGENTS.md is part of the system prompt".into(),
             });
         }
+        for warning in crate::image::toolchain_warnings(&sandbox.info().image, project).await {
+            events.emit(&Event::Note {
+                message: format!("WARNING: {warning}"),
+            });
+        }
         Ok(Session {
             sandbox,
             model,
