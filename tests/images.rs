@@ -52,6 +52,22 @@ async fn volumes_of_session(docker: &Docker, session: &str) -> usize {
         .len()
 }
 
+/// Containers labelled with this session.
+async fn containers_of_session(docker: &Docker, session: &str) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = HashMap::from([("label".to_string(), vec![format!("agentbox.session={session}")])]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap()
+        .len()
+}
+
 /// What each image must run, besides the common tools.
 fn toolchain_checks(name: &str) -> &'static [&'static str] {
     match name {
@@ -167,6 +183,13 @@ async fn every_image_has_its_toolchain_its_user_and_caches_on_disk() {
             })
             .await,
             "{}: the cache volume outlived the sandbox",
+            known.name
+        );
+        // Nor any container of the session (the sandbox, the one /etc/passwd was read from).
+        assert_eq!(
+            containers_of_session(&docker, &session).await,
+            0,
+            "{}",
             known.name
         );
 
