@@ -52,7 +52,7 @@ fn config(per_call: bool) -> SandboxConfig {
     let mut cfg = SandboxConfig::from_args(&SandboxArgs {
         image: Some(agentbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
-        command_timeout: 120,
+        command_timeout: Some(120),
         memory: "2g".into(),
         cpus: None,
         pids_limit: 512,

@@ -57,10 +57,11 @@ pub struct SandboxArgs {
     #[arg(skip)]
     pub image_source: Option<String>,
 
-    /// Seconds before a command, and everything it started, is killed.
-    #[arg(long, value_name = "SECS", env = "AGENTBOX_COMMAND_TIMEOUT", default_value_t = 120,
+    /// Seconds before a command, and everything it started, is killed [default: 120; 600 for
+    /// the rust, go and polyglot images, whose first build compiles a lot].
+    #[arg(long, value_name = "SECS", env = "AGENTBOX_COMMAND_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub command_timeout: u64,
+    pub command_timeout: Option<u64>,
 
     /// Memory limit of the sandbox (no swap on top), e.g. 512m, 2g.
     #[arg(long, value_name = "SIZE", default_value = "2g")]

@@ -17,6 +17,9 @@ use crate::sandbox::{Limits, MIN_MEMORY, MemoryBudget, SandboxSpec, human_bytes,
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// A command's time limit when neither `--command-timeout` nor the image says otherwise.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
     /// The image sandboxes start from: the one given, or [`DEFAULT_IMAGE`] until a session
@@ -27,7 +30,11 @@ pub struct SandboxConfig {
     /// Where the user named the image (`--image`, `AGENTBOX_IMAGE`, the config file, a task's
     /// `task.toml`); `None`: not named, so it is chosen from the project.
     pub image_source: Option<String>,
+    /// `--command-timeout`, or [`DEFAULT_COMMAND_TIMEOUT`] when it was not given; see
+    /// [`SandboxConfig::command_timeout_for`].
     pub command_timeout: Duration,
+    /// Whether `--command-timeout` (or its variable, or the config file) set it.
+    pub command_timeout_given: bool,
     pub limits: Limits,
     pub runtime: Option<String>,
     pub per_call_exec: bool,
@@ -109,12 +116,25 @@ impl SandboxConfig {
                 .image
                 .as_ref()
                 .map(|_| args.image_source.clone().unwrap_or_else(|| "--image".to_string())),
-            command_timeout: Duration::from_secs(args.command_timeout),
+            command_timeout: args
+                .command_timeout
+                .map_or(DEFAULT_COMMAND_TIMEOUT, Duration::from_secs),
+            command_timeout_given: args.command_timeout.is_some(),
             limits,
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
             per_call_exec: args.per_call_exec,
             cleanup: Default::default(),
         })
+    }
+
+    /// The command timeout for sandboxes of `image`: the one given, else the image's own
+    /// default (the first `cargo test` or `go test` compiles a lot; see
+    /// `KnownImage::command_timeout`).
+    pub fn command_timeout_for(&self, image: &str) -> Duration {
+        if self.command_timeout_given {
+            return self.command_timeout;
+        }
+        crate::image::KnownImage::by_tag(image).map_or(DEFAULT_COMMAND_TIMEOUT, |k| k.command_timeout)
     }
 
     /// The spec for a sandbox with `project` copied into a fresh volume from the tar `seed`.
@@ -481,6 +501,29 @@ mod tests {
             panic!()
         };
         AgentSettings::from_args(&run.agent, &run.session).unwrap_err().0
+    }
+
+    #[test]
+    fn the_command_timeout_is_the_images_unless_given() {
+        let default = run_settings(&[]).sandbox;
+        assert!(!default.command_timeout_given);
+        assert_eq!(
+            default.command_timeout_for("agentbox/python:2"),
+            DEFAULT_COMMAND_TIMEOUT
+        );
+        assert_eq!(
+            default.command_timeout_for("agentbox/rust:1"),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            default.command_timeout_for("someone/else:1"),
+            DEFAULT_COMMAND_TIMEOUT
+        );
+        let given = run_settings(&["--command-timeout", "30"]).sandbox;
+        assert_eq!(
+            given.command_timeout_for("agentbox/rust:1"),
+            Duration::from_secs(30)
+        );
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! agentbox's images against the real daemon: each has its toolchain and the common tools, and
-//! the sandbox user exists in every one while the root stays read-only.
+//! agentbox's images against the real daemon: each has its toolchain and the common tools, the
+//! sandbox user exists in every one while the root stays read-only, toolchain caches are on the
+//! session's volume (not HOME's tmpfs) and go with the sandbox, and a cold `cargo test` fits
+//! in the rust image's default timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use agentbox::image::{KNOWN, image_labels};
+use agentbox::image::{KNOWN, KnownImage, image_labels};
 use agentbox::sandbox::{DockerSandbox, ExecRequest, Sandbox};
 use bollard::Docker;
 use support::*;
@@ -34,6 +37,37 @@ async fn run(sb: &DockerSandbox, script: &str) -> (bool, String) {
     (out.success(), text)
 }
 
+/// Volumes labelled with this session.
+async fn volumes_of_session(docker: &Docker, session: &str) -> usize {
+    use bollard::query_parameters::ListVolumesOptionsBuilder;
+    let filters = HashMap::from([("label".to_string(), vec![format!("agentbox.session={session}")])]);
+    docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .len()
+}
+
+/// Containers labelled with this session.
+async fn containers_of_session(docker: &Docker, session: &str) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = HashMap::from([("label".to_string(), vec![format!("agentbox.session={session}")])]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap()
+        .len()
+}
+
 /// What each image must run, besides the common tools.
 fn toolchain_checks(name: &str) -> &'static [&'static str] {
     match name {
@@ -58,11 +92,12 @@ fn toolchain_checks(name: &str) -> &'static [&'static str] {
 }
 
 #[tokio::test]
-async fn every_image_has_its_toolchain_and_its_user() {
+async fn every_image_has_its_toolchain_its_user_and_caches_on_disk() {
     for known in KNOWN {
         let project = Project::new(&[("hello.txt", "hi\n")]);
         let (docker, sb) = sandbox_of(&project, known.tag).await;
         let (uid, _) = project.owner();
+        let session = sb.info().session.clone();
 
         // The common tools.
         for check in [
@@ -116,7 +151,47 @@ async fn every_image_has_its_toolchain_and_its_user() {
             );
         }
 
+        // Caches and build output: on the session's volume, not on HOME's tmpfs (nor /tmp).
+        let (ok, out) = run(
+            &sb,
+            "for d in \"$CARGO_HOME\" \"$CARGO_TARGET_DIR\" \"$GOCACHE\" \"$GOPATH\" \"$npm_config_cache\" \"$PIP_CACHE_DIR\" \"$XDG_CACHE_HOME\"; do mkdir -p \"$d\" && echo \"$d $(stat -f -c %T \"$d\")\"; done; echo \"HOME $(stat -f -c %T \"$HOME\")\"",
+        )
+        .await;
+        assert!(ok, "{}: {out}", known.name);
+        let mut saw = 0;
+        for line in out.lines() {
+            let (dir, fs) = line.rsplit_once(' ').unwrap();
+            if dir == "HOME" {
+                assert_eq!(fs, "tmpfs", "HOME is the tmpfs the caches avoid");
+            } else {
+                saw += 1;
+                assert_ne!(fs, "tmpfs", "{}: {dir} is in memory", known.name);
+                assert!(dir.starts_with(agentbox::sandbox::CACHE_DIR), "{dir}");
+            }
+        }
+        assert_eq!(saw, 7, "{out}");
+        assert_eq!(
+            volumes_of_session(&docker, &session).await,
+            1,
+            "the cache volume is the session's"
+        );
+
         sb.shutdown().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                volumes_of_session(&docker, &session).await == 0
+            })
+            .await,
+            "{}: the cache volume outlived the sandbox",
+            known.name
+        );
+        // Nor any container of the session (the sandbox, the one /etc/passwd was read from).
+        assert_eq!(
+            containers_of_session(&docker, &session).await,
+            0,
+            "{}",
+            known.name
+        );
 
         // The build recorded the toolchain versions as labels.
         let labels = image_labels(&docker, known.tag).await.unwrap().unwrap();
@@ -130,4 +205,80 @@ async fn every_image_has_its_toolchain_and_its_user() {
             "{labels:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_cold_cargo_test_passes_within_the_default_timeout() {
+    let rust = KnownImage::by_name("rust").unwrap();
+    let project = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "src/lib.rs",
+            "pub fn add(a: i32, b: i32) -> i32 { a + b }\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 2), 4);\n    }\n}\n",
+        ),
+    ]);
+    let (_docker, sb) = sandbox_of(&project, rust.tag).await;
+    // No --command-timeout: the rust image's own default.
+    let timeout = config().command_timeout_for(rust.tag);
+    let mut cfg = config();
+    cfg.command_timeout_given = false;
+    let timeout_default = cfg.command_timeout_for(rust.tag);
+    assert!(
+        timeout_default > timeout,
+        "the rust image allows more than the 60s the tests give"
+    );
+    let out = sb
+        .exec(ExecRequest::shell("cargo test 2>&1", timeout_default))
+        .await
+        .unwrap();
+    let text = out.stdout.to_text();
+    assert!(out.success(), "{}: {text}", out.status_line());
+    assert!(text.contains("test result: ok. 1 passed"), "{text}");
+    // The build output went to the cache volume, not into the project.
+    assert!(!project.file("target").exists());
+    sb.shutdown().await.unwrap();
+}
+
+#[test]
+fn a_project_asking_for_a_newer_toolchain_is_warned() {
+    let project = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"x\"\nversion = \"0.1.0\"\nrust-version = \"1.99\"\n",
+        ),
+        ("go.mod", "module example.com/x\n\ngo 1.99\n"),
+    ]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .arg(project.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Cargo.toml (rust-version) asks for Rust 1.99 or newer, but the image agentbox/polyglot:1 has Rust 1."),
+        "{err}"
+    );
+    assert!(
+        err.contains("go.mod (go directive) asks for Go 1.99 or newer"),
+        "{err}"
+    );
+    assert_eq!(err.matches("WARNING").count(), 2, "{err}");
+
+    // What the image has is enough: no warning.
+    std::fs::write(project.file("go.mod"), "module example.com/x\n\ngo 1.21\n").unwrap();
+    std::fs::remove_file(project.file("Cargo.toml")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .arg(project.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(!text(&out.stderr).contains("WARNING"), "{}", text(&out.stderr));
 }

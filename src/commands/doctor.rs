@@ -9,9 +9,10 @@ use bollard::Docker;
 
 use crate::cli::DoctorArgs;
 use crate::config::SandboxConfig;
-use crate::image::{KnownImage, image_exists, which};
+use crate::image::{KNOWN, KnownImage, image_exists, image_labels, which};
 use crate::sandbox::Cleanup;
 use crate::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker, docker_endpoint, gc};
+use crate::toolchain::image_toolchains;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Level {
@@ -171,26 +172,81 @@ async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
 }
 
 async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) -> bool {
+    // agentbox's images: which are here (a session picks one by project, so any may be needed).
+    let mut missing = Vec::new();
+    let mut present = Vec::new();
+    for known in KNOWN {
+        match image_labels(docker, known.tag).await {
+            Ok(Some(labels)) => {
+                let tools: Vec<String> = image_toolchains(&labels)
+                    .into_iter()
+                    .map(|(t, v)| format!("{} {v}", t.display()))
+                    .collect();
+                present.push(format!("{} ({})", known.tag, tools.join(", ")));
+            }
+            Ok(None) => missing.push(known),
+            Err(e) => {
+                r.line(Level::Fail, "images", e.to_string(), None);
+                return false;
+            }
+        }
+    }
+    if !present.is_empty() {
+        r.line(
+            Level::Ok,
+            "images",
+            format!("present: {}", present.join("; ")),
+            None,
+        );
+    }
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|k| k.name).collect();
+        let fix = if which("mmdebstrap").is_some() {
+            format!(
+                "agentbox image build {0}   (needs a registry), or offline: agentbox image build {0} --offline   (just image builds them all)",
+                names.join(" ")
+            )
+        } else {
+            format!(
+                "agentbox image build {0}   (needs a registry), or offline: apt-get install mmdebstrap && agentbox image build {0} --offline",
+                names.join(" ")
+            )
+        };
+        let tags: Vec<&str> = missing.iter().map(|k| k.tag).collect();
+        r.line(
+            Level::Warn,
+            "images",
+            format!(
+                "missing: {} (a session whose project needs one builds it, which needs a registry)",
+                tags.join(", ")
+            ),
+            Some(&fix),
+        );
+    }
+    // The image this check runs (`--image`, or the default).
+    if KnownImage::by_tag(&cfg.image).is_some() {
+        let here = !missing.iter().any(|k| k.tag == cfg.image);
+        if !here {
+            r.line(
+                Level::Fail,
+                "image",
+                format!("{}, which the policy check below runs, is missing", cfg.image),
+                None,
+            );
+        }
+        return here;
+    }
     match image_exists(docker, &cfg.image).await {
         Ok(true) => {
             r.line(Level::Ok, "image", format!("{} present", cfg.image), None);
             true
         }
         Ok(false) => {
-            let fix = if KnownImage::by_name(&cfg.image).is_some() {
-                if which("mmdebstrap").is_some() {
-                    "agentbox image build   (needs a registry), or offline: agentbox image build --offline"
-                } else {
-                    "agentbox image build   (needs a registry), or offline: apt-get install mmdebstrap && agentbox image build --offline"
-                }
-            } else {
-                "pull or build that image, or drop --image to use agentbox's own"
-            };
             r.line(
                 Level::Fail,
                 "image",
                 format!("{} is missing", cfg.image),
-                Some(fix),
+                Some("pull or load that image (docker pull, docker load), or drop --image to use agentbox's own"),
             );
             false
         }
@@ -390,9 +446,9 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
         ),
         (
             "user",
-            Some(fact("uid").to_string()) == expect_uid,
-            format!("runs as {}", fact("uid")),
-            "commands must run as the project's owner",
+            Some(fact("uid").to_string()) == expect_uid && fact("uname") != "none",
+            format!("runs as {} ({})", fact("uid"), fact("uname")),
+            "commands must run as the project's owner, who must have a name (/etc/passwd)",
         ),
         (
             "workspace",
@@ -556,6 +612,7 @@ echo "net=$(ls /sys/class/net | tr '\n' ' ' | sed 's/ *$//')"
 echo "capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)"
 echo "nonewprivs=$(awk '/^NoNewPrivs/ {print $2}' /proc/self/status)"
 echo "uid=$(id -u):$(id -g)"
+echo "uname=$(id -un 2>/dev/null || echo none)"
 if touch /.agentbox-probe 2>/dev/null; then echo rootfs=writable; else echo rootfs=readonly; fi
 if touch /workspace/.git/.agentbox-probe 2>/dev/null; then echo git=writable; else echo git=readonly; fi
 if [ -e /var/run/docker.sock ] || [ -e /run/docker.sock ]; then echo sock=present; else echo sock=absent; fi
@@ -612,7 +669,7 @@ mod tests {
         let mut cfg = crate::config::SandboxConfig::from_args(&crate::cli::SandboxArgs {
             image: Some("i".into()),
             image_source: None,
-            command_timeout: 60,
+            command_timeout: Some(60),
             memory: "2g".into(),
             cpus: Some(1.0),
             pids_limit: 64,

@@ -27,7 +27,11 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         cfg.image = choice.image;
     }
     let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
-    let request = ExecRequest::argv(args.command.clone(), cfg.command_timeout).capture(limit, limit);
+    for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
+        errln!("agentbox: WARNING: {warning}");
+    }
+    let timeout = cfg.command_timeout_for(&cfg.image);
+    let request = ExecRequest::argv(args.command.clone(), timeout).capture(limit, limit);
     let result = sandbox.exec(request).await;
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
@@ -56,9 +60,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let code = if out.timed_out {
         writeln!(
             stderr,
-            "agentbox: {} (--command-timeout {})",
+            "agentbox: {} (--command-timeout {} raises the limit)",
             out.status_line(),
-            cfg.command_timeout.as_secs()
+            timeout.as_secs()
         )?;
         EXIT_TIMED_OUT
     } else {

@@ -26,7 +26,7 @@ pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
-    HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
+    CACHE_DIR, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     WorkspaceSource, parse_size,
 };
 

@@ -8,13 +8,26 @@ use std::path::PathBuf;
 
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+    MountBindOptionsPropagationEnum, MountType, MountVolumeOptions, ResourcesUlimits,
 };
 
 use super::{HOST_LABEL, PID_LABEL, SESSION_LABEL, WORKSPACE};
 
 /// The sandbox user's home: a tmpfs, so nothing a command leaves there outlives the run.
 pub const HOME: &str = "/home/agentbox";
+/// Where toolchain caches and build output go (`CARGO_HOME`, `CARGO_TARGET_DIR`, `GOCACHE`,
+/// `GOPATH`, npm's and pip's caches, `XDG_CACHE_HOME`): a Docker volume of the session's own,
+/// on the daemon's disk. Not HOME: a tmpfs, charged to the memory limit, where one cold `cargo
+/// test` or `go test` (the Go standard library is compiled into GOCACHE on first use) would take
+/// tens of MiB. Not the project: build output there is the user's to clean up, and slows
+/// every check agentbox makes of the project after a run. The volume is anonymous and labelled
+/// with the session; the daemon removes it with the container (auto-remove, and agentbox's own
+/// forced removals, remove a container's anonymous volumes). `/var/tmp` is mode 1777 in Debian
+/// based images, and Docker gives a fresh volume the mode of the directory it is mounted on,
+/// so the sandbox user can write there in any image without a chown. Each variable names its own
+/// directory, which a later, longer-lived cache volume can be mounted on.
+pub const CACHE_DIR: &str = "/var/tmp";
+
 /// Harness-private scratch (e.g. the baseline snapshot for the diff), apart from `/tmp` so a
 /// command that fills `/tmp` cannot break the harness.
 pub const HARNESS_DIR: &str = "/run/agentbox";
@@ -249,6 +262,24 @@ impl SandboxSpec {
             "PYTHONDONTWRITEBYTECODE=1".into(),
             "PIP_NO_INPUT=1".into(),
             "PIP_DISABLE_PIP_VERSION_CHECK=1".into(),
+            format!("PIP_CACHE_DIR={CACHE_DIR}/pip"),
+            format!("XDG_CACHE_HOME={CACHE_DIR}/cache"),
+            // Toolchains: caches on the session's volume (see CACHE_DIR), and no attempt to
+            // reach the network, which the sandbox does not have: an offline build fails at
+            // once with the tool's own message instead of after its retries.
+            format!("CARGO_HOME={CACHE_DIR}/cargo"),
+            format!("CARGO_TARGET_DIR={CACHE_DIR}/cargo-target"),
+            "CARGO_NET_OFFLINE=true".into(),
+            format!("GOPATH={CACHE_DIR}/go"),
+            format!("GOCACHE={CACHE_DIR}/go-build"),
+            "GOPROXY=off".into(),
+            // The image's Go, never a download of the version go.mod names.
+            "GOTOOLCHAIN=local".into(),
+            format!("npm_config_cache={CACHE_DIR}/npm"),
+            "npm_config_offline=true".into(),
+            "npm_config_update_notifier=false".into(),
+            "npm_config_audit=false".into(),
+            "npm_config_fund=false".into(),
         ]
         .into()
     }
@@ -386,6 +417,17 @@ impl SandboxSpec {
             }],
         };
         let mut mounts = mounts;
+        // No source: an anonymous volume, created with the container and removed with it.
+        mounts.push(Mount {
+            target: Some(CACHE_DIR.to_string()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(false),
+            volume_options: Some(MountVolumeOptions {
+                labels: Some(labels.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
         if let Some(etc) = etc {
             for name in ["passwd", "group"] {
                 mounts.push(Mount {
@@ -557,7 +599,16 @@ mod tests {
         assert_eq!(hc.memory, hc.memory_swap);
         assert!(hc.binds.is_none());
         let mounts = hc.mounts.unwrap();
-        assert_eq!(mounts.len(), 3);
+        assert_eq!(mounts.len(), 4);
+        // Toolchain caches: an anonymous volume of the session's, not HOME's tmpfs.
+        let cache = &mounts[3];
+        assert_eq!(cache.target.as_deref(), Some(CACHE_DIR));
+        assert_eq!(cache.typ, Some(MountType::VOLUME));
+        assert_eq!(cache.source, None, "anonymous: removed with the container");
+        assert_eq!(
+            cache.volume_options.as_ref().unwrap().labels.as_ref().unwrap()[SESSION_LABEL],
+            "abc"
+        );
         assert_eq!(mounts[2].target.as_deref(), Some("/workspace/lib/sub/.git"));
         assert_eq!(mounts[2].source.as_deref(), Some("/p/lib/sub/.git"));
         assert_eq!(mounts[2].read_only, Some(true));
@@ -652,6 +703,22 @@ mod tests {
             assert_eq!(m.source.as_deref(), Some(format!("/h/etc/{name}").as_str()));
             assert_eq!(m.read_only, Some(true));
             assert_eq!(m.typ, Some(MountType::BIND));
+        }
+        let env = spec().env();
+        for var in [
+            "CARGO_HOME=",
+            "CARGO_TARGET_DIR=",
+            "GOCACHE=",
+            "GOPATH=",
+            "npm_config_cache=",
+            "PIP_CACHE_DIR=",
+            "XDG_CACHE_HOME=",
+        ] {
+            let e = env.iter().find(|e| e.starts_with(var)).unwrap();
+            assert!(
+                e[var.len()..].starts_with(CACHE_DIR),
+                "{e} is not on the cache volume"
+            );
         }
     }
 

@@ -191,7 +191,7 @@ impl Session {
                 Err(sandbox_error) => sandbox_error.into(),
             });
         }
-        let timeout = settings.sandbox.command_timeout;
+        let timeout = settings.sandbox.command_timeout_for(&sandbox.info().image);
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
             .err();
@@ -218,6 +218,11 @@ impl Session {
         if instructions.is_some() {
             events.emit(&Event::Note {
                 message: "the project's AGENTS.md is part of the system prompt".into(),
+            });
+        }
+        for warning in crate::image::toolchain_warnings(&sandbox.info().image, project).await {
+            events.emit(&Event::Note {
+                message: format!("WARNING: {warning}"),
             });
         }
         Ok(Session {

@@ -243,6 +243,10 @@ pub fn render_command(command: &str, out: &ExecOutput) -> String {
         s.push('\n');
     }
     s.push_str(&out.status_line());
+    if out.timed_out {
+        // The model cannot raise it; the user it reports to can.
+        s.push_str(" (the user can raise the limit with --command-timeout)");
+    }
     s
 }
 

@@ -130,7 +130,7 @@ pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
         image: Some(agentbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
-        command_timeout: 60,
+        command_timeout: Some(60),
         memory: "1g".into(),
         cpus: None,
         pids_limit: 256,
