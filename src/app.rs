@@ -125,7 +125,7 @@ async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, nam
 
 fn error_code_for(command: &Command) -> u8 {
     match command {
-        Command::Exec(_) => EXIT_AGENTBOX_ERROR,
+        Command::Exec(_) | Command::Shell(_) => EXIT_AGENTBOX_ERROR,
         Command::Run(_) | Command::Chat(_) | Command::Demo(_) | Command::Eval(_) => {
             crate::report::exit::ERROR
         }
@@ -149,6 +149,7 @@ async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
         Command::Demo(args) => crate::commands::demo::run(args, cleanup).await,
         Command::Eval(args) => crate::commands::eval::run(args, cleanup).await,
         Command::Exec(args) => crate::commands::exec::run(args, cleanup).await,
+        Command::Shell(args) => crate::commands::shell::run(args, cleanup).await,
         Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
         Command::Image(cmd) => crate::commands::image::run(cmd, cleanup).await,

@@ -20,6 +20,7 @@ pub mod project;
 pub mod report;
 pub mod sandbox;
 pub mod session;
+pub mod terminal;
 pub mod toolchain;
 pub mod tools;
 pub mod workspace;

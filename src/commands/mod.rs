@@ -8,3 +8,4 @@ pub mod exec;
 pub mod gc;
 pub mod image;
 pub mod run;
+pub mod shell;

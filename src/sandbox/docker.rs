@@ -558,6 +558,11 @@ impl DockerSandbox {
         format!("{}:{}", self.info.uid, self.info.gid)
     }
 
+    /// The daemon connection, for the attached processes of `tty.rs`.
+    pub(super) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
     fn check_open(&self) -> Result<(), SandboxError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SandboxError::ContainerGone("the sandbox was shut down".into()));

@@ -232,6 +232,8 @@ pub struct SandboxSpec {
     pub per_call_exec: bool,
     /// Extra labels (e.g. an eval task's name).
     pub labels: Vec<(String, String)>,
+    /// Mount a bind-mounted project read-only (`shell --read-only`: look without risk).
+    pub read_only: bool,
     /// Who removes what this sandbox creates if the run is cut short.
     pub cleanup: super::cleanup::Cleanup,
 }
@@ -397,7 +399,7 @@ impl SandboxSpec {
                     }),
                     ..Default::default()
                 };
-                let mut m = vec![bind(project, WORKSPACE.to_string(), false)];
+                let mut m = vec![bind(project, WORKSPACE.to_string(), self.read_only)];
                 // Docker mounts parents first, so these land on top of the workspace bind.
                 for rel in protected {
                     m.push(bind(
