@@ -1,0 +1,305 @@
+//! `agentbox shell` and `exec -it/-i` driven as a person would: agentbox on a pseudo-terminal
+//! the test opens, keys typed into it, the screen read back. Real Docker, real image.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::{Project, agentbox, containers_of_pid, docker, eventually, text};
+
+/// Generous: the first sandbox of a loaded machine can take a while.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// agentbox on the slave side of a pty (its controlling terminal), the test on the master.
+struct Pty {
+    master: std::fs::File,
+    slave: OwnedFd,
+    child: Child,
+    screen: Arc<Mutex<Vec<u8>>>,
+}
+
+fn termios_of(fd: i32) -> libc::termios {
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::tcgetattr(fd, &mut t) }, 0);
+    t
+}
+
+impl Pty {
+    fn spawn(args: &[&str]) -> Pty {
+        let (mut master, mut slave) = (0, 0);
+        let ws = libc::winsize {
+            ws_row: 24,
+            ws_col: 80,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                &ws,
+            )
+        };
+        assert_eq!(r, 0, "openpty");
+        let master_file = unsafe { std::fs::File::from_raw_fd(master) };
+        let slave_fd = unsafe { OwnedFd::from_raw_fd(slave) };
+        let mut cmd = agentbox();
+        cmd.args(args);
+        cmd.env("TERM", "xterm-256color");
+        let dup = |fd: i32| unsafe { Stdio::from_raw_fd(libc::dup(fd)) };
+        cmd.stdin(dup(slave)).stdout(dup(slave)).stderr(dup(slave));
+        unsafe {
+            cmd.pre_exec(|| {
+                // A session of its own with the pty as its controlling terminal, as a login
+                // shell gives a program: SIGWINCH comes from the terminal.
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn agentbox");
+        let screen = Arc::new(Mutex::new(Vec::new()));
+        let reader_screen = screen.clone();
+        let mut reader = master_file.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once every slave descriptor is closed (agentbox gone, and ours dropped).
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                reader_screen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Pty {
+            master: master_file,
+            slave: slave_fd,
+            child,
+            screen,
+        }
+    }
+
+    fn screen(&self) -> String {
+        text(&self.screen.lock().unwrap())
+    }
+
+    /// Wait until `needle` shows after byte `from` of the screen; returns where it ends.
+    fn wait_for(&mut self, needle: &str, from: usize) -> usize {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if let Some(i) = screen.get(from..).and_then(|s| s.find(needle)) {
+                return from + i + needle.len();
+            }
+            if start.elapsed() > WAIT {
+                let _ = self.child.kill();
+                panic!("{needle:?} never showed; the screen:\n{screen}");
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(300));
+                panic!(
+                    "agentbox exited ({status}) before {needle:?} showed; the screen:\n{}",
+                    self.screen()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn type_keys(&mut self, keys: &str) {
+        self.master.write_all(keys.as_bytes()).unwrap();
+    }
+
+    fn resize(&self, rows: u16, cols: u16) {
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        assert_eq!(
+            unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
+            0
+        );
+    }
+
+    fn wait_exit(&mut self) -> i32 {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            if start.elapsed() > WAIT {
+                let _ = self.child.kill();
+                panic!("agentbox did not exit; the screen:\n{}", self.screen());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+async fn assert_no_container_of(pid: u32) {
+    let docker = docker().await;
+    let gone = eventually(Duration::from_secs(30), || {
+        let docker = docker.clone();
+        async move { containers_of_pid(&docker, pid).await == 0 }
+    })
+    .await;
+    assert!(gone, "a container of the shell session is left");
+}
+
+#[tokio::test]
+async fn a_shell_on_a_terminal_behaves_like_one() {
+    let _ = docker().await;
+    let project = Project::new(&[("hello.txt", "hi\n")]);
+    let path = project.path().to_str().unwrap().to_string();
+    let name = project.path().file_name().unwrap().to_str().unwrap().to_string();
+    let mut pty = Pty::spawn(&["shell", &path]);
+    let before = termios_of(pty.slave.as_raw_fd());
+    let pid = pty.child.id();
+
+    // The prompt says where the user is, even after bash's start-up files ran.
+    let prompt = format!("[agentbox {name}] /workspace $ ");
+    let mut at = pty.wait_for(&prompt, 0);
+
+    pty.type_keys("id -u; tty; cat hello.txt\r");
+    at = pty.wait_for(&prompt, at);
+    let screen = pty.screen();
+    let expected_uid = if support::is_root() {
+        support::TEST_UID.to_string()
+    } else {
+        unsafe { libc::getuid() }.to_string()
+    };
+    assert!(
+        screen.contains(&format!("{expected_uid}\r\n/dev/pts/")),
+        "{screen}"
+    );
+    assert!(screen.contains("/dev/pts/"), "not a terminal inside: {screen}");
+
+    // A resize of the host terminal reaches the shell's.
+    pty.resize(41, 101);
+    let start = Instant::now();
+    loop {
+        pty.type_keys("stty size\r");
+        at = pty.wait_for(&prompt, at);
+        if pty.screen().contains("41 101") {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "the resize never arrived: {}",
+            pty.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Ctrl-C ends the running command, not the session.
+    pty.type_keys("echo started-$((1+2)); sleep 300; echo after-$((2+2))\r");
+    at = pty.wait_for("started-3", at);
+    pty.type_keys("\x03");
+    at = pty.wait_for(&prompt, at);
+    pty.type_keys("echo still-$((2+3))\r");
+    at = pty.wait_for("still-5", at);
+    assert!(!pty.screen().contains("after-4"), "{}", pty.screen());
+
+    pty.type_keys("echo new > made.txt; exit 3\r");
+    let _ = at;
+    assert_eq!(pty.wait_exit(), 3, "{}", pty.screen());
+    std::thread::sleep(Duration::from_millis(200));
+    let screen = pty.screen();
+    assert!(screen.contains("made.txt"), "no summary of the change: {screen}");
+    assert_eq!(project.read("made.txt"), "new\n");
+
+    // The terminal is as it was before agentbox made it raw.
+    let after = termios_of(pty.slave.as_raw_fd());
+    assert_eq!(before.c_lflag, after.c_lflag, "local modes not restored");
+    assert_eq!(before.c_iflag, after.c_iflag, "input modes not restored");
+    assert_eq!(before.c_oflag, after.c_oflag, "output modes not restored");
+    assert_no_container_of(pid).await;
+}
+
+#[tokio::test]
+async fn a_read_only_shell_cannot_write_and_exec_it_runs_a_command() {
+    let _ = docker().await;
+    let project = Project::new(&[("keep.txt", "kept\n")]);
+    let path = project.path().to_str().unwrap().to_string();
+    let mut pty = Pty::spawn(&[
+        "shell",
+        "--read-only",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        "cat keep.txt; echo x > keep.txt || exit 7",
+    ]);
+    let pid = pty.child.id();
+    assert_eq!(pty.wait_exit(), 7, "{}", pty.screen());
+    assert!(pty.screen().contains("kept"), "{}", pty.screen());
+    assert!(pty.screen().contains("Read-only file system"), "{}", pty.screen());
+    assert_eq!(project.read("keep.txt"), "kept\n");
+    assert_no_container_of(pid).await;
+
+    // `exec -it` is the same with a command, on a terminal.
+    let mut pty = Pty::spawn(&["exec", "-it", &path, "--", "sh", "-c", "tty; exit 4"]);
+    assert_eq!(pty.wait_exit(), 4, "{}", pty.screen());
+    assert!(pty.screen().contains("/dev/pts/"), "{}", pty.screen());
+}
+
+#[tokio::test]
+async fn exec_of_a_bare_shell_on_a_terminal_points_to_agentbox_shell() {
+    let project = Project::new(&[]);
+    let path = project.path().to_str().unwrap().to_string();
+    let mut pty = Pty::spawn(&["exec", &path, "--", "bash"]);
+    let code = pty.wait_exit();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(code, 2, "{}", pty.screen());
+    assert!(pty.screen().contains("agentbox shell"), "{}", pty.screen());
+}
+
+#[test]
+fn shell_without_a_terminal_refuses() {
+    let project = Project::new(&[]);
+    let out = agentbox()
+        .args(["shell"])
+        .arg(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("needs a terminal"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn exec_i_forwards_stdin() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut child = agentbox()
+        .args(["exec", "-i"])
+        .arg(project.path())
+        .args(["--", "sh", "-c", "tr a-z A-Z; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\nworld\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "HELLO\nWORLD\ndone\n");
+}
