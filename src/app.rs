@@ -150,6 +150,7 @@ async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
         Command::Eval(args) => crate::commands::eval::run(args, cleanup).await,
         Command::Exec(args) => crate::commands::exec::run(args, cleanup).await,
         Command::Shell(args) => crate::commands::shell::run(args, cleanup).await,
+        Command::Mcp(args) => crate::commands::mcp::run(args, cleanup).await,
         Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
         Command::Image(cmd) => crate::commands::image::run(cmd, cleanup).await,

@@ -37,6 +37,8 @@ pub enum Command {
     Exec(ExecArgs),
     /// An interactive shell (or CMD) in a sandbox, on your terminal; exits with its status.
     Shell(ShellArgs),
+    /// Serve agentbox's tools to another agent: a Model Context Protocol server on stdio.
+    Mcp(McpArgs),
     /// Check Docker, the image and the sandbox policy; print a fix for each problem.
     Doctor(DoctorArgs),
     /// Remove containers and volumes left by agentbox processes that were killed.
@@ -142,6 +144,28 @@ pub struct ShellArgs {
     /// The command to run instead of `bash -l`.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// The project's test command for `run_tests`; repeat it for several [default: detected
+    /// from the project's root manifests].
+    #[arg(long, value_name = "CMD")]
+    pub test_cmd: Vec<String>,
+
+    /// No `bash` tool.
+    #[arg(long)]
+    pub no_shell: bool,
+
+    /// edit_file refuses to change test files.
+    #[arg(long)]
+    pub protect_tests: bool,
+
+    /// The project directory, mounted at /workspace.
+    pub project: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -440,6 +464,7 @@ impl Command {
             Command::Eval(a) => Some(&mut a.agent.sandbox),
             Command::Exec(a) => Some(&mut a.sandbox),
             Command::Shell(a) => Some(&mut a.sandbox),
+            Command::Mcp(a) => Some(&mut a.sandbox),
             Command::Doctor(a) => Some(&mut a.sandbox),
             Command::Gc(_) | Command::Image(_) => None,
         }

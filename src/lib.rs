@@ -15,6 +15,7 @@ pub mod eval;
 pub mod events;
 pub mod image;
 pub mod isolate;
+pub mod mcp;
 pub mod model;
 pub mod project;
 pub mod report;

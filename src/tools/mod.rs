@@ -225,6 +225,10 @@ pub trait Tool: Send + Sync {
     fn name(&self) -> &'static str;
     fn description(&self, settings: &ToolSettings) -> String;
     fn schema(&self) -> Value;
+    /// Whether the tool only reads (told to MCP clients as an annotation).
+    fn read_only(&self) -> bool {
+        false
+    }
     async fn call(&self, args: Value, ctx: &ToolContext<'_>) -> Result<ToolOutput, ToolError>;
 }
 
@@ -303,6 +307,11 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    /// Whether the tool `name` only reads.
+    pub fn is_read_only(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name() == name && t.read_only())
     }
 
     pub fn specs(&self, settings: &ToolSettings) -> Vec<ToolSpec> {
