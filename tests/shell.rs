@@ -303,3 +303,24 @@ async fn exec_i_forwards_stdin() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "HELLO\nWORLD\ndone\n");
 }
+
+#[tokio::test]
+async fn sigterm_restores_the_terminal_and_removes_the_sandbox() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let path = project.path().to_str().unwrap().to_string();
+    let name = project.path().file_name().unwrap().to_str().unwrap().to_string();
+    let mut pty = Pty::spawn(&["shell", &path]);
+    let before = termios_of(pty.slave.as_raw_fd());
+    let pid = pty.child.id();
+    pty.wait_for(&format!("[agentbox {name}] /workspace $ "), 0);
+    // Raw now: the shell runs.
+    assert_ne!(termios_of(pty.slave.as_raw_fd()).c_lflag, before.c_lflag);
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert_eq!(pty.wait_exit(), 143, "{}", pty.screen());
+    let after = termios_of(pty.slave.as_raw_fd());
+    assert_eq!(before.c_lflag, after.c_lflag, "local modes not restored");
+    assert_eq!(before.c_iflag, after.c_iflag, "input modes not restored");
+    assert_eq!(before.c_oflag, after.c_oflag, "output modes not restored");
+    assert_no_container_of(pid).await;
+}
