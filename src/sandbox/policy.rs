@@ -552,8 +552,31 @@ mod tests {
             runtime: None,
             per_call_exec: false,
             labels: vec![],
+            read_only: false,
             cleanup: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_read_only_spec_mounts_the_project_read_only() {
+        let mounts = |s: &SandboxSpec| {
+            s.create_body(MainProcess::Executor, None)
+                .host_config
+                .unwrap()
+                .mounts
+                .unwrap()
+        };
+        let workspace = |s: &SandboxSpec| {
+            mounts(s)
+                .into_iter()
+                .find(|m| m.target.as_deref() == Some(WORKSPACE))
+                .unwrap()
+                .read_only
+        };
+        let mut s = spec();
+        assert_eq!(workspace(&s), Some(false));
+        s.read_only = true;
+        assert_eq!(workspace(&s), Some(true));
     }
 
     #[test]
