@@ -268,7 +268,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let hostile = dir.path().join("$(touch x)`id`\\u");
         std::fs::create_dir(&hostile).unwrap();
-        assert_eq!(prompt_name(&hostile), "__touch_x__id___u");
+        assert_eq!(prompt_name(&hostile), "__touch_x__id__u");
         let ok = dir.path().join("my-project_1.2");
         std::fs::create_dir(&ok).unwrap();
         assert_eq!(prompt_name(&ok), "my-project_1.2");
