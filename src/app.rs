@@ -91,18 +91,25 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     // The one owner of what the run must not leave behind; every command gets a handle.
     let cleanup = Cleanup::default();
     let mut task = tokio::spawn(dispatch(cli.command, cleanup.clone()));
-    let code = tokio::select! {
-        joined = &mut task => match joined {
-            Ok(Ok(code)) => code,
-            Ok(Err(err)) => report_error(&err, error_code),
-            Err(join) if join.is_panic() => {
-                errln!("agentbox: internal error (panic); removing the sandbox");
-                101
-            }
-            Err(_) => error_code,
-        },
-        _ = sigint.recv() => interrupted(&mut task, "SIGINT", 130).await,
-        _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
+    let code = loop {
+        break tokio::select! {
+            joined = &mut task => match joined {
+                Ok(Ok(code)) => code,
+                Ok(Err(err)) => report_error(&err, error_code),
+                Err(join) if join.is_panic() => {
+                    errln!("agentbox: internal error (panic); removing the sandbox");
+                    101
+                }
+                Err(_) => error_code,
+            },
+            // The chat cancels what it waits for on Ctrl-C, and stays.
+            _ = sigint.recv() => if cleanup.interrupts_claimed() {
+                continue;
+            } else {
+                interrupted(&mut task, "SIGINT", 130).await
+            },
+            _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
+        };
     };
     // After a normal end nothing is left; after an interruption or a panic: the containers and
     // volumes, then the host check of a session cut short (planted git metadata).

@@ -719,6 +719,13 @@ impl DockerSandbox {
         Ok(result)
     }
 
+    /// Kill every process the sandbox user runs (the command of a call that was given up, and
+    /// all it started), leaving the sandbox itself up for the next call.
+    pub async fn interrupt(&self) -> Result<(), SandboxError> {
+        self.check_open()?;
+        self.sweep().await.map(|_| ())
+    }
+
     /// Kill every process of the sandbox user, through a fresh exec, which then reads the memory
     /// cgroup's OOM-kill counter (so per-call mode learns of an OOM kill without another exec).
     async fn sweep(&self) -> Result<Option<i64>, SandboxError> {
