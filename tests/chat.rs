@@ -111,3 +111,66 @@ async fn chat_on_a_terminal_cancels_undoes_and_takes_a_paste_whole() {
     .await;
     assert!(gone, "the chat's sandbox is left");
 }
+
+/// `--approve`: "always for this session" stops asking for that kind of action; "why not"
+/// declines and the model reads the user's reason.
+#[tokio::test]
+async fn approve_offers_always_and_a_reason() {
+    use std::io::Write;
+    let _ = docker().await;
+    let project = Project::new(&[("a.txt", "one\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old": "one", "new": "two"}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo first-ran"}}]},
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo second-ran"}}]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let trajectory = dir.path().join("t.jsonl");
+    let mut child = support::agentbox()
+        .args([
+            "run",
+            "--approve",
+            "--provider",
+            "scripted",
+            "--test-cmd",
+            "true",
+            "--script",
+        ])
+        .arg(&script)
+        .arg("--trajectory")
+        .arg(&trajectory)
+        .arg(project.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"w\nkeep the old word\na\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = support::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(project.read("a.txt"), "one\n", "the declined edit was made");
+    assert_eq!(
+        stderr.matches("the model wants to run").count(),
+        1,
+        "asked again after always: {stderr}"
+    );
+    let log = std::fs::read_to_string(&trajectory).unwrap();
+    assert!(
+        log.contains("the user declined this edit to a.txt; they said: keep the old word"),
+        "{log}"
+    );
+    assert!(log.contains("first-ran") && log.contains("second-ran"), "{log}");
+}

@@ -22,7 +22,7 @@ use crate::model::{Message, ModelClient, pricing};
 use crate::report::{CommandVerdict, Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::tools::{
-    Approval, Approver, ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs,
+    Approval, Approver, Decision, ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs,
 };
 
 /// Largest diff kept for the report.
@@ -270,30 +270,73 @@ async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
     ctx.run_tests().await.is_ok_and(|runs| all_passed(&runs))
 }
 
-/// Prints what is about to happen and reads y/n from stdin.
-pub struct TerminalApprover;
+/// Prints what is about to happen and asks: yes, no, always (for this session, for this kind
+/// of action), or no with a reason the model is told.
+#[derive(Default)]
+pub struct TerminalApprover {
+    always: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
+}
 
 #[async_trait]
 impl Approver for TerminalApprover {
     async fn approve(&self, request: &Approval) -> bool {
+        self.decide(request).await == Decision::Allow
+    }
+
+    async fn decide(&self, request: &Approval) -> Decision {
+        let kind = request.kind();
+        if self
+            .always
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(kind)
+        {
+            return Decision::Allow;
+        }
         // What is shown for approval must be exactly what will happen: no escape sequence in
         // the diff or the command may hide or rewrite any of it.
         let prompt = crate::events::for_terminal(&match request {
             Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
             Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
         });
-        tokio::task::spawn_blocking(move || {
+        let answer = tokio::task::spawn_blocking(move || {
             let mut err = std::io::stderr().lock();
-            let _ = write!(err, "{prompt}allow? [y/N] ");
+            let _ = write!(
+                err,
+                "{prompt}allow? [y]es, [N]o, [a]lways for {kind} this session, [w]hy not (no, and tell the model why): "
+            );
             let _ = err.flush();
-            let mut line = String::new();
-            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
-                return false;
+            let line = read_stdin_line()?;
+            let choice = line.trim().to_ascii_lowercase();
+            if matches!(choice.as_str(), "w" | "why") {
+                let _ = write!(err, "tell the model why: ");
+                let _ = err.flush();
+                let why = read_stdin_line().unwrap_or_default();
+                return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
-            matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+            Some((choice, None))
         })
         .await
-        .unwrap_or(false)
+        .ok()
+        .flatten();
+        match answer {
+            Some((choice, _)) if matches!(choice.as_str(), "y" | "yes") => Decision::Allow,
+            Some((choice, _)) if matches!(choice.as_str(), "a" | "always") => {
+                self.always.lock().unwrap_or_else(|e| e.into_inner()).insert(kind);
+                Decision::Allow
+            }
+            Some((_, why)) => Decision::Decline { why },
+            None => Decision::Decline { why: None },
+        }
+    }
+}
+
+/// One line from stdin; `None` at its end.
+fn read_stdin_line() -> Option<String> {
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line),
     }
 }
 

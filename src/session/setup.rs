@@ -246,7 +246,7 @@ impl Session {
             aids: settings.aids.clone(),
             baseline_error,
             isolation,
-            approver: settings.approve.then_some(TerminalApprover),
+            approver: settings.approve.then(TerminalApprover::default),
             cleanup: settings.sandbox.cleanup.clone(),
             started: Instant::now(),
             plan,

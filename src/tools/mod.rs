@@ -72,9 +72,43 @@ pub enum Approval {
     Command { command: String },
 }
 
+impl Approval {
+    /// What kind of thing is asked, for "always, for this session".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Approval::Edit { .. } => "edits",
+            Approval::Command { .. } => "commands",
+        }
+    }
+}
+
+/// The user's answer, with what to tell the model when it is no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Decline { why: Option<String> },
+}
+
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(&self, request: &Approval) -> bool;
+
+    /// The answer with the user's reason, if they gave one.
+    async fn decide(&self, request: &Approval) -> Decision {
+        if self.approve(request).await {
+            Decision::Allow
+        } else {
+            Decision::Decline { why: None }
+        }
+    }
+}
+
+/// The refusal the model reads: `what`, and the user's reason when there is one.
+pub fn declined(what: String, why: Option<String>) -> ToolError {
+    ToolError::RespondToModel(match why {
+        Some(why) => format!("{what}; they said: {why}"),
+        None => what,
+    })
 }
 
 /// Limits and settings the tools share; one per run.
