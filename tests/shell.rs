@@ -186,3 +186,39 @@ async fn sigterm_restores_the_terminal_and_removes_the_sandbox() {
     assert_eq!(before.c_oflag, after.c_oflag, "output modes not restored");
     assert_no_container_of(pid).await;
 }
+
+/// `exec` writes output as it comes: a line printed before the command waits is read while the
+/// command still runs (it waits for a file the test makes only after reading that line).
+#[tokio::test]
+async fn exec_streams_output_as_it_comes() {
+    use std::io::BufRead;
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut child = agentbox()
+        .arg("exec")
+        .arg(project.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo early; while [ ! -e go ]; do sleep 0.1; done; echo late",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "early\n");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the command ended before its output came"
+    );
+    std::fs::write(project.file("go"), "").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, "late\n");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}

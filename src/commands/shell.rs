@@ -193,6 +193,8 @@ async fn attach_terminal(
             argv: command,
             env: shell_env(name),
             tty: true,
+            stdin: true,
+            as_command: false,
             size: terminal::window_size(STDOUT),
         })
         .await?;

@@ -49,7 +49,7 @@ done"#;
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
 /// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
 /// kernel kills it rather than the keep-alive, whose end would be the session's.
-fn per_call_wrapper() -> String {
+pub(super) fn per_call_wrapper() -> String {
     format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
 
@@ -821,7 +821,7 @@ impl DockerSandbox {
     }
 
     /// The memory cgroup's OOM-kill counter (cgroup v2 or v1), read as the keep-alive's uid.
-    async fn read_oom_kills(&self) -> Option<i64> {
+    pub(super) async fn read_oom_kills(&self) -> Option<i64> {
         let exec = self
             .docker
             .create_exec(

@@ -35,6 +35,12 @@ pub struct AttachRequest {
     /// Added to (and overriding) the sandbox's environment, which every tool command sees too.
     pub env: Vec<(String, String)>,
     pub tty: bool,
+    /// Attach stdin (otherwise the process reads end-of-input at once).
+    pub stdin: bool,
+    /// Run it as one command of the tools is run without the executor: at the highest OOM
+    /// score, and with everything it left running killed when it ends, so a background child
+    /// holding its output open cannot keep the stream (and the caller) waiting.
+    pub as_command: bool,
     /// The terminal's size (rows, columns), set before the process reads it.
     pub size: Option<(u16, u16)>,
 }
@@ -47,13 +53,19 @@ impl DockerSandbox {
         let cid = self.info().container_id.clone();
         let user = format!("{}:{}", self.info().uid, self.info().gid);
         let env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let wrapper = super::docker::per_call_wrapper();
+        let mut argv: Vec<&str> = Vec::new();
+        if req.as_command {
+            argv.extend(["/bin/sh", "-c", wrapper.as_str(), "agentbox-run"]);
+        }
+        argv.extend(req.argv.iter().map(String::as_str));
         let exec = docker
             .create_exec(
                 &cid,
                 CreateExecOptions {
-                    cmd: Some(req.argv.iter().map(String::as_str).collect()),
+                    cmd: Some(argv),
                     env: Some(env.iter().map(String::as_str).collect()),
-                    attach_stdin: Some(true),
+                    attach_stdin: Some(req.stdin),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     tty: Some(req.tty),
@@ -103,6 +115,11 @@ impl DockerSandbox {
             output: Box::pin(output),
             input,
         })
+    }
+
+    /// The memory cgroup's OOM-kill count, to tell whether a command died of the memory limit.
+    pub async fn oom_kills(&self) -> Option<i64> {
+        self.read_oom_kills().await
     }
 
     /// Tell an attached TTY process its terminal's new size.
