@@ -108,7 +108,12 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
             } else {
                 interrupted(&mut task, "SIGINT", 130).await
             },
-            _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
+            // The MCP server ends its session itself (it writes its patch first).
+            _ = sigterm.recv() => if cleanup.termination_claimed() {
+                continue;
+            } else {
+                interrupted(&mut task, "SIGTERM", 143).await
+            },
         };
     };
     // After a normal end nothing is left; after an interruption or a panic: the containers and

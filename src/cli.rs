@@ -130,8 +130,17 @@ pub struct ShellArgs {
     pub sandbox: SandboxArgs,
 
     /// Mount the project read-only: look around without risk.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "isolate")]
     pub read_only: bool,
+
+    /// Copy the project into the sandbox instead of mounting it: the project directory is not
+    /// written; what changed comes out as a patch file.
+    #[arg(long)]
+    pub isolate: bool,
+
+    /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
+    #[arg(long, value_name = "FILE", requires = "isolate")]
+    pub patch: Option<PathBuf>,
 
     /// Seconds before the whole shell session is ended (no limit by default; --command-timeout
     /// does not apply to an interactive shell).
@@ -163,6 +172,15 @@ pub struct McpArgs {
     /// edit_file refuses to change test files.
     #[arg(long)]
     pub protect_tests: bool,
+
+    /// Copy the project into the sandbox instead of mounting it: the project directory is not
+    /// written; at the end what changed is written as a patch file (its path on stderr).
+    #[arg(long)]
+    pub isolate: bool,
+
+    /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
+    #[arg(long, value_name = "FILE", requires = "isolate")]
+    pub patch: Option<PathBuf>,
 
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,

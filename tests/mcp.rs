@@ -223,3 +223,31 @@ async fn the_sandbox_goes_with_the_server() {
         assert!(gone, "{how}: the sandbox is left");
     }
 }
+
+/// `--isolate`: the host directory is not written; the patch at the end has the edit.
+#[tokio::test]
+async fn isolate_keeps_the_project_and_writes_the_patch() {
+    let _ = docker().await;
+    let project = Project::new(&[("hello.py", "def greet():\n    return \"hello\"\n")]);
+    let out = tempfile::tempdir().unwrap();
+    let patch = out.path().join("mcp.patch");
+    let (report, stderr) = run_client(
+        &project,
+        &[
+            "--isolate",
+            "--patch",
+            patch.to_str().unwrap(),
+            "--test-cmd",
+            "true",
+        ],
+    );
+    assert!(!result(&report, "edit_file").1, "{report}");
+    assert!(
+        result(&report, "diff").0.contains("+    return \"howdy\""),
+        "{report}"
+    );
+    assert_eq!(project.read("hello.py"), "def greet():\n    return \"hello\"\n");
+    let written = std::fs::read_to_string(&patch).unwrap();
+    assert!(written.contains("+    return \"howdy\""), "{written}");
+    assert!(stderr.contains(patch.to_str().unwrap()), "{stderr}");
+}

@@ -222,3 +222,32 @@ async fn exec_streams_output_as_it_comes() {
     assert_eq!(rest, "late\n");
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+#[tokio::test]
+async fn an_isolated_shell_leaves_the_project_alone_and_writes_a_patch() {
+    let _ = docker().await;
+    let project = Project::new(&[("a.txt", "one\n")]);
+    let out = tempfile::tempdir().unwrap();
+    let patch = out.path().join("shell.patch");
+    let path = project.path().to_str().unwrap().to_string();
+    let mut pty = Pty::spawn(&[
+        "shell",
+        "--isolate",
+        "--patch",
+        patch.to_str().unwrap(),
+        &path,
+        "--",
+        "sh",
+        "-c",
+        "echo two > a.txt; echo new > b.txt",
+    ]);
+    let pid = pty.child.id();
+    assert_eq!(pty.wait_exit(), 0, "{}", pty.screen());
+    assert_eq!(project.read("a.txt"), "one\n");
+    assert!(!project.file("b.txt").exists());
+    let written = std::fs::read_to_string(&patch).unwrap();
+    assert!(written.contains("+two") && written.contains("+new"), "{written}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(pty.screen().contains(patch.to_str().unwrap()), "{}", pty.screen());
+    assert_no_container_of(pid).await;
+}

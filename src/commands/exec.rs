@@ -15,6 +15,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         // `exec -it`: the same as `shell PROJECT -- CMD`.
         let options = super::shell::Options {
             read_only: false,
+            isolate: None,
             session_timeout: None,
         };
         return super::shell::interactive(&args.sandbox, &args.project, args.command, options, cleanup).await;

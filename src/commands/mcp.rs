@@ -4,17 +4,19 @@
 use std::time::Duration;
 
 use rmcp::ServiceExt;
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::McpArgs;
 use crate::config::SandboxConfig;
 use crate::mcp::{Server, Tools};
 use crate::sandbox::{Cleanup, Sandbox};
-use crate::session::baseline;
+use crate::session::{IsolatedCopy, baseline};
 use crate::tools::{ToolRegistry, ToolSettings};
 
 pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
+    let cleanup_claims = cleanup.clone();
     cfg.cleanup = cleanup;
     let root = args.project.clone();
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
@@ -28,7 +30,12 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     // The sandbox exists before the first message is read: the client's `initialize` is
     // answered by a server whose tools are ready.
-    let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
+    let (sandbox, copy) = if args.isolate {
+        let (sandbox, copy) = IsolatedCopy::open(&cfg, &args.project, args.patch.clone()).await?;
+        (sandbox, Some(copy))
+    } else {
+        (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
+    };
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {warning}");
     }
@@ -54,18 +61,48 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         settings,
         baseline_error,
     });
+    // SIGINT and SIGTERM end the session here, like the client's going away, so that the
+    // patch is written before the sandbox goes.
+    let _interrupts = cleanup_claims.claim_interrupts();
+    let _termination = cleanup_claims.claim_termination();
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut code = 0;
     let served = async {
         let running = server
             .clone()
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
-        // Ends when the client closes stdin (it disconnected or died).
-        let reason = running.waiting().await?;
-        tracing::info!(?reason, "MCP session over");
+        let stop = running.cancellation_token();
+        tokio::select! {
+            // Ends when the client closes stdin (it disconnected or died).
+            reason = running.waiting() => tracing::info!(?reason, "MCP session over"),
+            _ = sigint.recv() => { stop.cancel(); code = 130; }
+            _ = sigterm.recv() => { stop.cancel(); code = 143; }
+        }
         anyhow::Ok(())
     }
     .await;
+    if let Some(copy) = &copy {
+        let sandbox = server.sandbox();
+        // Nothing may write while the changes are read back.
+        let _ = sandbox.interrupt().await;
+        match copy.finish(sandbox, timeout, &sandbox.info().session).await {
+            Ok(p) => {
+                for w in &p.warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!(
+                    "agentbox: {} untouched; {} file(s) changed in the copy; patch: {}",
+                    args.project.display(),
+                    p.changed,
+                    p.path.display()
+                );
+            }
+            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
+        }
+    }
     server.sandbox().shutdown().await?;
     if let Some(check) = server.sandbox().check_host() {
         for w in &check.warnings {
@@ -78,5 +115,5 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         );
     }
     served?;
-    Ok(0)
+    Ok(code)
 }

@@ -14,6 +14,7 @@ use crate::cli::ShellArgs;
 use crate::config::{SandboxConfig, UsageError};
 use crate::sandbox::tty::{AttachRequest, Chunk};
 use crate::sandbox::{Cleanup, DockerSandbox, Sandbox};
+use crate::session::IsolatedCopy;
 use crate::terminal::{self, RawMode, STDIN, STDOUT, StdinPump};
 
 /// The status of a shell ended by `--session-timeout` (timeout(1)'s).
@@ -27,6 +28,7 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     let options = Options {
         read_only: args.read_only,
+        isolate: args.isolate.then(|| args.patch.clone()),
         session_timeout: args.session_timeout.map(Duration::from_secs),
     };
     interactive(&args.sandbox, &args.project, command, options, cleanup).await
@@ -34,6 +36,8 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
 
 pub struct Options {
     pub read_only: bool,
+    /// `--isolate`, with the `--patch` path if given.
+    pub isolate: Option<Option<std::path::PathBuf>>,
     pub session_timeout: Option<Duration>,
 }
 
@@ -57,9 +61,17 @@ pub async fn interactive(
     let mut cfg = SandboxConfig::from_args(sandbox_args)?;
     cfg.cleanup = cleanup;
     super::exec::choose_image_quietly(&mut cfg, project).await?;
-    let mut spec = cfg.bind_spec(project)?;
-    spec.read_only = options.read_only;
-    let (_docker, sandbox) = crate::session::open_spec(&cfg, spec).await?;
+    let (sandbox, copy) = match &options.isolate {
+        Some(patch) => {
+            let (sandbox, copy) = IsolatedCopy::open(&cfg, project, patch.clone()).await?;
+            (sandbox, Some(copy))
+        }
+        None => {
+            let mut spec = cfg.bind_spec(project)?;
+            spec.read_only = options.read_only;
+            (crate::session::open_spec(&cfg, spec).await?.1, None)
+        }
+    };
     for warning in crate::image::toolchain_warnings(&cfg.image, project).await {
         errln!("agentbox: WARNING: {warning}");
     }
@@ -69,9 +81,24 @@ pub async fn interactive(
          `exit` or Ctrl-D; the sandbox is then removed.",
         sandbox.info().session,
         sandbox.info().image,
-        if options.read_only { "read-only " } else { "" },
+        if options.read_only {
+            "read-only "
+        } else if copy.is_some() {
+            "(a copy: your directory is not written) "
+        } else {
+            ""
+        },
     );
     let ended = attach_terminal(&sandbox, command, &name, options.session_timeout).await;
+    let patch = match &copy {
+        Some(copy) => {
+            // Nothing may write while the changes are read back.
+            let _ = sandbox.interrupt().await;
+            let timeout = cfg.command_timeout_for(&sandbox.info().image);
+            Some(copy.finish(&sandbox, timeout, &sandbox.info().session).await)
+        }
+        None => None,
+    };
     // Every process of the session ends with the container.
     sandbox.shutdown().await?;
     let check = sandbox.check_host();
@@ -92,10 +119,25 @@ pub async fn interactive(
         }
         Ended::HungUp => 129,
     };
-    errln!(
-        "agentbox: {}",
-        summary(project, options.read_only, check.as_ref())
-    );
+    match patch {
+        None => errln!(
+            "agentbox: {}",
+            summary(project, options.read_only, check.as_ref())
+        ),
+        Some(Ok(p)) => {
+            for w in &p.warnings {
+                errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+            }
+            errln!(
+                "agentbox: sandbox removed; {} untouched; {} file{} changed in the copy; patch: {} (apply with `git apply`)",
+                project.display(),
+                p.changed,
+                if p.changed == 1 { "" } else { "s" },
+                p.path.display()
+            );
+        }
+        Some(Err(e)) => errln!("agentbox: sandbox removed; cannot tell what changed in the copy: {e}"),
+    }
     if check.is_some_and(|c| c.unresolved) {
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }

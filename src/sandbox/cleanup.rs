@@ -49,6 +49,8 @@ struct Inner {
     /// A command handles Ctrl-C itself for now (the chat cancels the request it is waiting for):
     /// the edge leaves SIGINT to it.
     interrupts_claimed: AtomicBool,
+    /// The same for SIGTERM (the MCP server ends its session and writes its patch itself).
+    termination_claimed: AtomicBool,
 }
 
 #[derive(Clone, Default)]
@@ -79,6 +81,15 @@ impl Drop for InterruptClaim {
     }
 }
 
+/// See [`Cleanup::claim_termination`].
+pub struct TerminationClaim(Cleanup);
+
+impl Drop for TerminationClaim {
+    fn drop(&mut self) {
+        self.0.inner.termination_claimed.store(false, Ordering::Release);
+    }
+}
+
 /// A registered resource; give it back with [`Cleanup::release`] once it is gone.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "release it once the resource is gone, or cleanup will remove it again"]
@@ -94,6 +105,16 @@ impl Cleanup {
 
     pub fn interrupts_claimed(&self) -> bool {
         self.inner.interrupts_claimed.load(Ordering::Acquire)
+    }
+
+    /// The same for SIGTERM: the caller ends its work itself, promptly.
+    pub fn claim_termination(&self) -> TerminationClaim {
+        self.inner.termination_claimed.store(true, Ordering::Release);
+        TerminationClaim(self.clone())
+    }
+
+    pub fn termination_claimed(&self) -> bool {
+        self.inner.termination_claimed.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Resource>> {

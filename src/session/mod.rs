@@ -14,6 +14,7 @@ pub mod prime;
 pub mod prompt;
 mod setup;
 
+pub use isolated::{IsolatedCopy, PatchWritten};
 pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
