@@ -174,3 +174,46 @@ async fn approve_offers_always_and_a_reason() {
     );
     assert!(log.contains("first-ran") && log.contains("second-ran"), "{log}");
 }
+
+/// Ctrl-C at an `--approve` question cancels the request, and the question does not take the
+/// next line typed at the chat's prompt.
+#[tokio::test]
+async fn ctrl_c_at_an_approval_question_returns_to_the_prompt() {
+    let _ = docker().await;
+    let project = Project::new(&[("a.txt", "one\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("chat.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "touch ran"}}]},
+            {"text": "Fine."}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut pty = Pty::spawn_with(
+        &[
+            "chat",
+            "--approve",
+            "--provider",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            project.path().to_str().unwrap(),
+        ],
+        &[("ANTHROPIC_API_KEY", ""), ("OPENAI_API_KEY", "")],
+    );
+    let mut at = pty.wait_for("you> ", 0);
+    pty.type_keys("run something\r");
+    at = pty.wait_for("allow?", at);
+    pty.type_keys("\x03");
+    at = pty.wait_for("cancelled; the conversation is kept", at);
+    at = pty.wait_for("you> ", at);
+    pty.type_keys("never mind\r");
+    at = pty.wait_for("agent> Fine.", at);
+    pty.wait_for("you> ", at);
+    pty.type_keys("\x04");
+    assert_eq!(pty.wait_exit(), 0, "{}", pty.screen());
+    assert!(!project.file("ran").exists(), "the command ran without a yes");
+}

@@ -125,7 +125,10 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                 break;
             }
             settle_cancelled(&mut messages);
-            errln!("\nagentbox: cancelled; the conversation is kept");
+            // Through the events: the printer's spinner of the dropped call ends with it.
+            events.emit(&Event::Note {
+                message: "cancelled; the conversation is kept".into(),
+            });
             continue;
         };
         match result.stop {

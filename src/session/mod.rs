@@ -300,6 +300,10 @@ impl Approver for TerminalApprover {
             Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
             Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
         });
+        // Dropped with this future (the chat's Ctrl-C): the reading thread stops, instead of
+        // taking the next line typed at the chat's prompt.
+        let stop = StopOnDrop::default();
+        let flag = stop.0.clone();
         let answer = tokio::task::spawn_blocking(move || {
             let mut err = std::io::stderr().lock();
             let _ = write!(
@@ -307,12 +311,12 @@ impl Approver for TerminalApprover {
                 "{prompt}allow? [y]es, [N]o, [a]lways for {kind} this session, [w]hy not (no, and tell the model why): "
             );
             let _ = err.flush();
-            let line = read_stdin_line()?;
+            let line = read_stdin_line(&flag)?;
             let choice = line.trim().to_ascii_lowercase();
             if matches!(choice.as_str(), "w" | "why") {
                 let _ = write!(err, "tell the model why: ");
                 let _ = err.flush();
-                let why = read_stdin_line().unwrap_or_default();
+                let why = read_stdin_line(&flag).unwrap_or_default();
                 return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
             Some((choice, None))
@@ -332,13 +336,50 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// One line from stdin; `None` at its end.
-fn read_stdin_line() -> Option<String> {
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => Some(line),
+/// Set when dropped.
+#[derive(Default)]
+struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
     }
+}
+
+/// One line from stdin; `None` at its end, or once `stop` is set. On a terminal it polls (a
+/// line is one read there), so that it can stop; elsewhere (a pipe) it reads through std's
+/// buffer, which other readers of stdin share.
+fn read_stdin_line(stop: &std::sync::atomic::AtomicBool) -> Option<String> {
+    use crate::terminal::{STDIN, is_tty};
+    if !is_tty(STDIN) {
+        let mut line = String::new();
+        return match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        };
+    }
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let mut pfd = libc::pollfd {
+            fd: STDIN,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own.
+        if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+            continue;
+        }
+        // SAFETY: reads one byte into a buffer we own.
+        match unsafe { libc::read(STDIN, byte.as_mut_ptr().cast(), 1) } {
+            1 if byte[0] == b'\n' => return Some(String::from_utf8_lossy(&line).into_owned()),
+            1 => line.push(byte[0]),
+            0 => return None,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The chat's `/tests`: every test command, as `run_tests` shows them.
