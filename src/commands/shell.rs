@@ -89,7 +89,13 @@ pub async fn interactive(
             ""
         },
     );
-    let ended = attach_terminal(&sandbox, command, &name, options.session_timeout).await;
+    let ended = {
+        // While the terminal is raw, SIGTERM and SIGINT end the shell here: the terminal is
+        // restored before anything is printed, and an --isolate patch is still written.
+        let _interrupts = cfg.cleanup.claim_interrupts();
+        let _termination = cfg.cleanup.claim_termination();
+        attach_terminal(&sandbox, command, &name, options.session_timeout).await
+    };
     let patch = match &copy {
         Some(copy) => {
             // Nothing may write while the changes are read back.
@@ -118,6 +124,10 @@ pub async fn interactive(
             EXIT_TIMED_OUT
         }
         Ended::HungUp => 129,
+        Ended::Signalled(name, code) => {
+            errln!("agentbox: {name} received; the shell was ended");
+            code
+        }
     };
     match patch {
         None => errln!(
@@ -176,6 +186,7 @@ enum Ended {
     Exited(i64),
     TimedOut(Duration),
     HungUp,
+    Signalled(&'static str, u8),
 }
 
 /// The name in the prompt: the project directory's, reduced to characters that mean nothing to
@@ -230,6 +241,8 @@ async fn attach_terminal(
 ) -> anyhow::Result<Ended> {
     let mut winch = signal(SignalKind::window_change())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     let attached = sandbox
         .attach_process(&AttachRequest {
             argv: command,
@@ -282,6 +295,8 @@ async fn attach_terminal(
                 }
             }
             _ = hangup.recv() => { early = Some(Ended::HungUp); break; }
+            _ = sigterm.recv() => { early = Some(Ended::Signalled("SIGTERM", 143)); break; }
+            _ = sigint.recv() => { early = Some(Ended::Signalled("SIGINT", 130)); break; }
             _ = &mut deadline => {
                 early = Some(Ended::TimedOut(session_timeout.unwrap_or_default()));
                 break;
