@@ -20,8 +20,10 @@ image profile="release":
 demo: image
     {{bin}} demo
 
-# Every test: unit, and integration against the real Docker daemon and image.
+# Every test: unit, and integration against the real Docker daemon and image (the MCP tests'
+# client, the official MCP Python SDK, goes into a venv under target/ on first use).
 test: (image "debug")
+    scripts/mcp-client-venv target/mcp-client-venv
     cargo test --locked
 
 # Speed and memory, side by side with `docker exec` and a host process (a few minutes).

@@ -91,18 +91,30 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     // The one owner of what the run must not leave behind; every command gets a handle.
     let cleanup = Cleanup::default();
     let mut task = tokio::spawn(dispatch(cli.command, cleanup.clone()));
-    let code = tokio::select! {
-        joined = &mut task => match joined {
-            Ok(Ok(code)) => code,
-            Ok(Err(err)) => report_error(&err, error_code),
-            Err(join) if join.is_panic() => {
-                errln!("agentbox: internal error (panic); removing the sandbox");
-                101
-            }
-            Err(_) => error_code,
-        },
-        _ = sigint.recv() => interrupted(&mut task, "SIGINT", 130).await,
-        _ = sigterm.recv() => interrupted(&mut task, "SIGTERM", 143).await,
+    let code = loop {
+        break tokio::select! {
+            joined = &mut task => match joined {
+                Ok(Ok(code)) => code,
+                Ok(Err(err)) => report_error(&err, error_code),
+                Err(join) if join.is_panic() => {
+                    errln!("agentbox: internal error (panic); removing the sandbox");
+                    101
+                }
+                Err(_) => error_code,
+            },
+            // The chat cancels what it waits for on Ctrl-C, and stays.
+            _ = sigint.recv() => if cleanup.interrupts_claimed() {
+                continue;
+            } else {
+                interrupted(&mut task, "SIGINT", 130).await
+            },
+            // The MCP server ends its session itself (it writes its patch first).
+            _ = sigterm.recv() => if cleanup.termination_claimed() {
+                continue;
+            } else {
+                interrupted(&mut task, "SIGTERM", 143).await
+            },
+        };
     };
     // After a normal end nothing is left; after an interruption or a panic: the containers and
     // volumes, then the host check of a session cut short (planted git metadata).
@@ -125,7 +137,7 @@ async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, nam
 
 fn error_code_for(command: &Command) -> u8 {
     match command {
-        Command::Exec(_) => EXIT_AGENTBOX_ERROR,
+        Command::Exec(_) | Command::Shell(_) => EXIT_AGENTBOX_ERROR,
         Command::Run(_) | Command::Chat(_) | Command::Demo(_) | Command::Eval(_) => {
             crate::report::exit::ERROR
         }
@@ -149,6 +161,8 @@ async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
         Command::Demo(args) => crate::commands::demo::run(args, cleanup).await,
         Command::Eval(args) => crate::commands::eval::run(args, cleanup).await,
         Command::Exec(args) => crate::commands::exec::run(args, cleanup).await,
+        Command::Shell(args) => crate::commands::shell::run(args, cleanup).await,
+        Command::Mcp(args) => crate::commands::mcp::run(args, cleanup).await,
         Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
         Command::Image(cmd) => crate::commands::image::run(cmd, cleanup).await,

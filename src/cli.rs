@@ -35,6 +35,10 @@ pub enum Command {
     Eval(EvalArgs),
     /// Run one command in a fresh sandbox and print its output; exits with its status.
     Exec(ExecArgs),
+    /// An interactive shell (or CMD) in a sandbox, on your terminal; exits with its status.
+    Shell(ShellArgs),
+    /// Serve agentbox's tools to another agent: a Model Context Protocol server on stdio.
+    Mcp(McpArgs),
     /// Check Docker, the image and the sandbox policy; print a fix for each problem.
     Doctor(DoctorArgs),
     /// Remove containers and volumes left by agentbox processes that were killed.
@@ -100,6 +104,14 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
+    /// Forward stdin to the command.
+    #[arg(short, long)]
+    pub interactive: bool,
+
+    /// Give the command a terminal (with -i: the same as `agentbox shell PROJECT -- CMD`).
+    #[arg(short, long)]
+    pub tty: bool,
+
     /// Bytes of output kept from the start and from the end of each stream.
     #[arg(long, value_name = "SIZE", default_value = "1m")]
     pub output_limit: String,
@@ -110,6 +122,68 @@ pub struct ExecArgs {
     /// The command and its arguments (no shell; use `bash -lc '...'` for one).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// Mount the project read-only: look around without risk.
+    #[arg(long, conflicts_with = "isolate")]
+    pub read_only: bool,
+
+    /// Copy the project into the sandbox instead of mounting it: the project directory is not
+    /// written; what changed comes out as a patch file.
+    #[arg(long)]
+    pub isolate: bool,
+
+    /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
+    #[arg(long, value_name = "FILE", requires = "isolate")]
+    pub patch: Option<PathBuf>,
+
+    /// Seconds before the whole shell session is ended (no limit by default; --command-timeout
+    /// does not apply to an interactive shell).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_timeout: Option<u64>,
+
+    /// The project directory, mounted at /workspace.
+    pub project: PathBuf,
+
+    /// The command to run instead of `bash -l`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// The project's test command for `run_tests`; repeat it for several [default: detected
+    /// from the project's root manifests].
+    #[arg(long, value_name = "CMD")]
+    pub test_cmd: Vec<String>,
+
+    /// No `bash` tool.
+    #[arg(long)]
+    pub no_shell: bool,
+
+    /// edit_file refuses to change test files.
+    #[arg(long)]
+    pub protect_tests: bool,
+
+    /// Copy the project into the sandbox instead of mounting it: the project directory is not
+    /// written; at the end what changed is written as a patch file (its path on stderr).
+    #[arg(long)]
+    pub isolate: bool,
+
+    /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
+    #[arg(long, value_name = "FILE", requires = "isolate")]
+    pub patch: Option<PathBuf>,
+
+    /// The project directory, mounted at /workspace.
+    pub project: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -407,6 +481,8 @@ impl Command {
             Command::Demo(a) => Some(&mut a.agent.sandbox),
             Command::Eval(a) => Some(&mut a.agent.sandbox),
             Command::Exec(a) => Some(&mut a.sandbox),
+            Command::Shell(a) => Some(&mut a.sandbox),
+            Command::Mcp(a) => Some(&mut a.sandbox),
             Command::Doctor(a) => Some(&mut a.sandbox),
             Command::Gc(_) | Command::Image(_) => None,
         }

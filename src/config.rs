@@ -159,6 +159,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            read_only: false,
             cleanup: self.cleanup.clone(),
         })
     }
@@ -176,6 +177,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            read_only: false,
             cleanup: self.cleanup.clone(),
         })
     }

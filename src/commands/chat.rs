@@ -1,58 +1,149 @@
 //! `agentbox chat PROJECT`: a conversation with the model on one sandbox.
+//!
+//! On a terminal it behaves like the tools people know: line editing and history (rustyline),
+//! a multi-line paste is one message (bracketed paste), Ctrl-C cancels the request or tool call
+//! under way and returns to the prompt with the conversation kept, a second Ctrl-C at the
+//! prompt (or Ctrl-D) leaves. Without a terminal it reads one message per line.
 
 use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::agent::Stop;
 use crate::cli::ChatArgs;
 use crate::config::AgentSettings;
 use crate::events::{Event, EventSink, for_terminal};
-use crate::model::Message;
+use crate::model::{Block, Message, Role, ToolResult};
 use crate::report::exit;
 use crate::sandbox::Cleanup;
-use crate::session::{Session, event_sinks, run_tests_now};
+use crate::session::{Session, baseline, event_sinks, run_tests_now};
 
-const HELP: &str = "Type a request for the agent. Commands: /diff (what changed), /tests (run the tests), \
-                    /exit (or Ctrl-D) to end.";
+const HELP: &str = "Type a request for the agent (a pasted block of lines is one request). Commands:\n  \
+                    /diff   what changed since the session began\n  \
+                    /tests  run the tests\n  \
+                    /undo   put the project back as it was before the last request\n  \
+                    /help   this\n  \
+                    /exit   leave (or Ctrl-D, or Ctrl-C twice at the prompt)\n\
+                    Ctrl-C while the agent works cancels the request and keeps the conversation. \
+                    Start a message with // to send one that begins with /.";
+
+/// What a cancelled tool call is answered with, so the next request is well-formed.
+pub const CANCELLED: &str = "cancelled by the user";
 
 pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
-    settings.sandbox.cleanup = cleanup;
+    settings.sandbox.cleanup = cleanup.clone();
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
     errln!("{HELP}");
+    // From here on Ctrl-C cancels what the chat waits for; the edge leaves it to us.
+    let _claim = cleanup.claim_interrupts();
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut input = Input::new();
     let mut messages: Vec<Message> = Vec::new();
+    // Checkpoints of the project before each request, for /undo (newest last).
+    let mut undo: Vec<(String, usize)> = Vec::new();
+    let timeout = session.tool_settings.command_timeout.max(Duration::from_secs(60));
     let mut code = 0;
-    while let Some(line) = read_line("you> ").await {
+    let mut interrupted_once = false;
+    loop {
+        let line = match input.read("you> ").await {
+            Read::Line(l) => l,
+            Read::Interrupted if interrupted_once => break,
+            Read::Interrupted => {
+                interrupted_once = true;
+                errln!("(Ctrl-C again, Ctrl-D or /exit to leave)");
+                continue;
+            }
+            Read::Eof => break,
+        };
+        interrupted_once = false;
         let line = line.trim().to_string();
-        match line.as_str() {
+        let text = match line.as_str() {
             "" => continue,
             "/exit" | "/quit" => break,
-            "/help" => errln!("{HELP}"),
-            "/diff" => match session.diff().await {
-                Ok(d) if d.is_empty() => outln!("(no changes)"),
-                Ok(d) => out!("{}", for_terminal(&d)),
-                Err(e) => errln!("diff unavailable: {e}"),
-            },
-            "/tests" => outln!("{}", for_terminal(&run_tests_now(&session).await)),
-            _ => {
-                messages.push(Message::user_text(line));
-                let result = session.agent().run(&mut messages).await;
-                match result.stop {
-                    Stop::Answered(text) => outln!("\nagent> {}\n", for_terminal(text.trim())),
-                    Stop::StepLimit => {
-                        errln!(
-                            "agentbox: stopped at the step limit ({} steps) for this request",
-                            settings.max_steps
-                        );
-                        // Leave the conversation answerable: the next message follows tool results.
-                    }
-                    Stop::Fatal(e) => {
-                        errln!("agentbox: error: {e}");
-                        code = exit::ERROR;
-                        break;
-                    }
+            "/help" => {
+                errln!("{HELP}");
+                continue;
+            }
+            "/diff" => {
+                match session.diff().await {
+                    Ok(d) if d.is_empty() => outln!("(no changes)"),
+                    Ok(d) => out!("{}", for_terminal(&d)),
+                    Err(e) => errln!("diff unavailable: {e}"),
                 }
+                continue;
+            }
+            "/tests" => {
+                outln!("{}", for_terminal(&run_tests_now(&session).await));
+                continue;
+            }
+            "/undo" => {
+                match undo.pop() {
+                    None => errln!("nothing to undo"),
+                    Some((name, len)) => match baseline::restore(&session.sandbox, timeout, &name).await {
+                        Ok(()) => {
+                            // The turn is taken back whole: the project and the conversation.
+                            messages.truncate(len);
+                            errln!("the project is back as it was before your last request");
+                        }
+                        Err(e) => errln!("cannot undo: {e}"),
+                    },
+                }
+                continue;
+            }
+            l if l.starts_with("//") => l[1..].to_string(),
+            l if l.starts_with('/') && !l.contains(char::is_whitespace) => {
+                errln!("unknown command {}; /help lists them", for_terminal(l));
+                continue;
+            }
+            _ => line,
+        };
+        let name = format!("turn-{}", undo.len() + 1);
+        match baseline::checkpoint(&session.sandbox, timeout, &name).await {
+            Ok(()) => undo.push((name, messages.len())),
+            Err(e) => errln!("agentbox: no /undo for this request: {e}"),
+        }
+        messages.push(Message::user_text(text));
+        drain(&mut sigint).await;
+        let ran = {
+            let agent = session.agent();
+            let work = agent.run(&mut messages);
+            tokio::select! {
+                result = work => Some(result),
+                _ = sigint.recv() => None,
+            }
+        };
+        let Some(result) = ran else {
+            // The call under way was dropped; what it started in the sandbox is killed so the
+            // next request finds it idle.
+            if let Err(e) = session.sandbox.interrupt().await {
+                errln!("agentbox: error: {e}");
+                code = exit::ERROR;
+                break;
+            }
+            settle_cancelled(&mut messages);
+            // Through the events: the printer's spinner of the dropped call ends with it.
+            events.emit(&Event::Note {
+                message: "cancelled; the conversation is kept".into(),
+            });
+            continue;
+        };
+        match result.stop {
+            Stop::Answered(text) => outln!("\nagent> {}\n", for_terminal(text.trim())),
+            Stop::StepLimit => {
+                errln!(
+                    "agentbox: stopped at the step limit ({} steps) for this request",
+                    settings.max_steps
+                );
+                // Leave the conversation answerable: the next message follows tool results.
+            }
+            Stop::Fatal(e) => {
+                errln!("agentbox: error: {e}");
+                code = exit::ERROR;
+                break;
             }
         }
     }
@@ -66,7 +157,96 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-async fn read_line(prompt: &'static str) -> Option<String> {
+/// Forget a Ctrl-C that arrived while nothing was under way (at an approval question).
+async fn drain(sigint: &mut tokio::signal::unix::Signal) {
+    while tokio::time::timeout(Duration::ZERO, sigint.recv()).await.is_ok() {}
+}
+
+/// Make the conversation well-formed after a cancelled request: every tool call gets a result
+/// ("cancelled by the user"), and a request cancelled before the model answered gets an
+/// assistant turn that says so, so the next user message does not follow a user message.
+pub fn settle_cancelled(messages: &mut Vec<Message>) {
+    let Some(last) = messages.last() else { return };
+    match last.role {
+        Role::Assistant => {
+            let results: Vec<Block> = last
+                .tool_calls()
+                .map(|c| {
+                    Block::ToolResult(ToolResult {
+                        call_id: c.id.clone(),
+                        content: CANCELLED.into(),
+                        is_error: true,
+                    })
+                })
+                .collect();
+            if !results.is_empty() {
+                messages.push(Message {
+                    role: Role::User,
+                    content: results,
+                });
+                messages.push(Message::assistant(vec![Block::Text {
+                    text: format!("({CANCELLED})"),
+                }]));
+            }
+        }
+        Role::User => messages.push(Message::assistant(vec![Block::Text {
+            text: format!("({CANCELLED})"),
+        }])),
+    }
+}
+
+enum Read {
+    Line(String),
+    Interrupted,
+    Eof,
+}
+
+/// The prompt: rustyline on a terminal, plain lines otherwise (a script, a test's pipe).
+struct Input {
+    editor: Option<rustyline::DefaultEditor>,
+}
+
+impl Input {
+    fn new() -> Input {
+        let terminal = crate::terminal::is_tty(crate::terminal::STDIN)
+            && crate::terminal::is_tty(crate::terminal::STDOUT);
+        let editor = terminal
+            .then(|| {
+                let config = rustyline::Config::builder()
+                    .auto_add_history(true)
+                    .max_history_size(1000)
+                    .ok()?
+                    .bracketed_paste(true)
+                    .build();
+                rustyline::DefaultEditor::with_config(config).ok()
+            })
+            .flatten();
+        Input { editor }
+    }
+
+    async fn read(&mut self, prompt: &'static str) -> Read {
+        let Some(mut editor) = self.editor.take() else {
+            return match read_plain_line(prompt).await {
+                Some(l) => Read::Line(l),
+                None => Read::Eof,
+            };
+        };
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = editor.readline(prompt);
+            (editor, r)
+        })
+        .await;
+        let Ok((editor, r)) = joined else { return Read::Eof };
+        self.editor = Some(editor);
+        match r {
+            Ok(l) => Read::Line(l),
+            Err(rustyline::error::ReadlineError::Interrupted) => Read::Interrupted,
+            Err(_) => Read::Eof,
+        }
+    }
+}
+
+async fn read_plain_line(prompt: &'static str) -> Option<String> {
     tokio::task::spawn_blocking(move || {
         let mut err = std::io::stderr().lock();
         let _ = write!(err, "{prompt}");
@@ -80,4 +260,41 @@ async fn read_line(prompt: &'static str) -> Option<String> {
     .await
     .ok()
     .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ToolArgs, ToolCall};
+
+    #[test]
+    fn a_cancelled_tool_call_is_answered() {
+        let mut m = vec![
+            Message::user_text("fix it"),
+            Message::assistant(vec![Block::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "bash".into(),
+                arguments: ToolArgs::Json(serde_json::json!({"command": "sleep 100"})),
+            })]),
+        ];
+        settle_cancelled(&mut m);
+        assert_eq!(m.len(), 4);
+        assert!(
+            matches!(&m[2].content[0], Block::ToolResult(r) if r.call_id == "c1" && r.content == CANCELLED)
+        );
+        assert_eq!(m[3].role, Role::Assistant);
+    }
+
+    #[test]
+    fn a_cancelled_model_request_leaves_turns_alternating() {
+        let mut m = vec![Message::user_text("fix it")];
+        settle_cancelled(&mut m);
+        assert_eq!(m[1].role, Role::Assistant);
+        let mut done = vec![
+            Message::user_text("a"),
+            Message::assistant(vec![Block::Text { text: "b".into() }]),
+        ];
+        settle_cancelled(&mut done);
+        assert_eq!(done.len(), 2);
+    }
 }

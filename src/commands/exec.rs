@@ -5,12 +5,21 @@ use std::io::Write;
 use crate::cli::ExecArgs;
 use crate::config::{SandboxConfig, UsageError};
 use crate::sandbox::Cleanup;
-use crate::sandbox::{ExecRequest, Sandbox, parse_size};
+use crate::sandbox::{Captured, HeadTail, Sandbox, human_bytes, parse_size};
 
 /// timeout(1)'s status for a command that ran out of time.
 pub const EXIT_TIMED_OUT: u8 = 124;
 
 pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    if args.tty {
+        // `exec -it`: the same as `shell PROJECT -- CMD`.
+        let options = super::shell::Options {
+            read_only: false,
+            isolate: None,
+            session_timeout: None,
+        };
+        return super::shell::interactive(&args.sandbox, &args.project, args.command, options, cleanup).await;
+    }
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
     cfg.cleanup = cleanup;
     let limit =
@@ -18,21 +27,24 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     if limit > 16 << 20 {
         return Err(UsageError("--output-limit: at most 16m (from each end of each stream)".into()).into());
     }
-    if cfg.image_source.is_none() && args.project.is_dir() {
-        // As `run` chooses it (said only in the debug log: stdout and stderr are the command's).
-        let root = args.project.clone();
-        let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
-        let choice = crate::session::choose_image(&cfg, &args.project, &detection).await;
-        tracing::debug!(image = %choice.image, reason = %choice.reason, "image chosen");
-        cfg.image = choice.image;
+    if !args.interactive && wants_a_terminal(&args.command) && crate::terminal::is_tty(crate::terminal::STDIN)
+    {
+        // Without stdin an interactive shell reads EOF and exits at once, and the user's next
+        // line would run on the host while they believe they are inside.
+        errln!(
+            "agentbox: `{}` is an interactive shell, and exec gives it no terminal and no input: it would exit at once. Use `agentbox shell {}` for a shell in the sandbox (or `exec -it`).",
+            crate::events::for_terminal(&args.command.join(" ")),
+            crate::events::for_terminal(&args.project.display().to_string()),
+        );
+        return Ok(crate::app::EXIT_USAGE);
     }
+    choose_image_quietly(&mut cfg, &args.project).await?;
     let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {warning}");
     }
     let timeout = cfg.command_timeout_for(&cfg.image);
-    let request = ExecRequest::argv(args.command.clone(), timeout).capture(limit, limit);
-    let result = sandbox.exec(request).await;
+    let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
     for w in &check.warnings {
@@ -44,12 +56,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
     let out = result?;
-
-    let mut stdout = std::io::stdout().lock();
-    reader_gone_is_fine(stdout.write_all(out.stdout.to_text().as_bytes()))?;
-    reader_gone_is_fine(stdout.flush())?;
     let mut stderr = std::io::stderr().lock();
-    reader_gone_is_fine(stderr.write_all(out.stderr.to_text().as_bytes()))?;
     if out.truncated() {
         writeln!(
             stderr,
@@ -74,11 +81,193 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// A reader that stopped reading (`agentbox exec ... | head`) is not a failure of the command;
-/// any other write error (a full disk behind a redirect) still is.
-fn reader_gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
-    match r {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
+/// Run `command` with its output written as it comes: the first `limit` bytes of each stream
+/// at once, then only the last `limit` kept (in memory, bounded) and written at the end, after
+/// a line saying how much was cut. With `interactive`, the host's stdin is forwarded as it is
+/// read. The timeout kills the command and everything it started.
+async fn stream(
+    sandbox: &crate::sandbox::DockerSandbox,
+    command: &[String],
+    interactive: bool,
+    timeout: std::time::Duration,
+    limit: usize,
+) -> anyhow::Result<crate::sandbox::ExecOutput> {
+    use crate::sandbox::tty::{AttachRequest, Chunk};
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+
+    let started = std::time::Instant::now();
+    let oom_before = sandbox.oom_kills().await;
+    let attached = sandbox
+        .attach_process(&AttachRequest {
+            argv: command.to_vec(),
+            env: Vec::new(),
+            tty: false,
+            stdin: interactive,
+            as_command: true,
+            size: None,
+        })
+        .await?;
+    let exec_id = attached.exec_id.clone();
+    let mut output = attached.output;
+    let mut input = Some(attached.input);
+    let (pump, mut keys) = if interactive {
+        let (p, rx) = crate::terminal::StdinPump::start(crate::terminal::STDIN);
+        (Some(p), Some(rx))
+    } else {
+        (None, None)
+    };
+    let mut out = Streamed::new(limit);
+    let mut err = Streamed::new(limit);
+    let mut timed_out = false;
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            chunk = output.next() => match chunk {
+                Some(Ok(Chunk::Out(b))) => out.push(&b, &mut std::io::stdout()),
+                Some(Ok(Chunk::Err(b))) => err.push(&b, &mut std::io::stderr()),
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            data = async { keys.as_mut()?.recv().await }, if keys.is_some() && input.is_some() => match data {
+                Some(d) => {
+                    if let Some(w) = input.as_mut()
+                        && w.write_all(&d).await.is_err()
+                    {
+                        input = None;
+                    }
+                }
+                // End of the host's stdin: the command reads end-of-input too.
+                None => {
+                    if let Some(mut w) = input.take() {
+                        let _ = w.shutdown().await;
+                    }
+                    keys = None;
+                }
+            },
+            _ = &mut deadline, if !timed_out => {
+                timed_out = true;
+                // Kills the command's whole tree; its streams then end.
+                sandbox.interrupt().await?;
+            }
+        }
+    }
+    drop(pump);
+    let mut exit_code = None;
+    for _ in 0..50 {
+        if let Some(code) = sandbox.process_status(&exec_id).await? {
+            exit_code = Some(code);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let exit_code = exit_code.unwrap_or(if timed_out { 137 } else { -1 });
+    let oom_after = sandbox.oom_kills().await;
+    Ok(crate::sandbox::ExecOutput {
+        exit_code,
+        signal: (exit_code > 128 && exit_code < 160).then(|| (exit_code - 128) as i32),
+        timed_out,
+        oom_killed: matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b),
+        stdout: out.finish(&mut std::io::stdout()),
+        stderr: err.finish(&mut std::io::stderr()),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// One output stream: its head written as it comes, its tail kept until the end.
+struct Streamed {
+    limit: usize,
+    written: usize,
+    rest: HeadTail,
+    /// The reader went away (`| head`): the rest is read and dropped.
+    gone: bool,
+}
+
+impl Streamed {
+    fn new(limit: usize) -> Self {
+        Streamed {
+            limit,
+            written: 0,
+            rest: HeadTail::new(0, limit),
+            gone: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8], to: &mut dyn Write) {
+        let now = data.len().min(self.limit - self.written);
+        if now > 0 {
+            self.write(&data[..now], to);
+            self.written += now;
+        }
+        if now < data.len() {
+            self.rest.push(&data[now..]);
+        }
+    }
+
+    fn write(&mut self, data: &[u8], to: &mut dyn Write) {
+        if !self.gone && to.write_all(data).and_then(|()| to.flush()).is_err() {
+            self.gone = true;
+        }
+    }
+
+    /// Write what was kept of the end; what was cut is said in a line of its own. Returns what
+    /// followed the streamed head (for whether anything was cut).
+    fn finish(mut self, to: &mut dyn Write) -> Captured {
+        let written = self.written;
+        let rest = std::mem::replace(&mut self.rest, HeadTail::new(0, 0)).finish();
+        if rest.truncated() {
+            self.write(
+                format!(
+                    "\n[... {} cut: the first {} and the last {} bytes of {} shown ...]\n",
+                    human_bytes(rest.cut()),
+                    written,
+                    rest.tail.len(),
+                    written as u64 + rest.total
+                )
+                .as_bytes(),
+                to,
+            );
+        }
+        self.write(&rest.head, to);
+        self.write(&rest.tail, to);
+        rest
+    }
+}
+
+/// The image for `project` as `run` chooses it, unless one was given (said only in the debug
+/// log: stdout and stderr are the command's).
+pub(crate) async fn choose_image_quietly(
+    cfg: &mut SandboxConfig,
+    project: &std::path::Path,
+) -> anyhow::Result<()> {
+    if cfg.image_source.is_none() && project.is_dir() {
+        let root = project.to_path_buf();
+        let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
+        let choice = crate::session::choose_image(cfg, project, &detection).await;
+        tracing::debug!(image = %choice.image, reason = %choice.reason, "image chosen");
+        cfg.image = choice.image;
+    }
+    Ok(())
+}
+
+/// A shell started with nothing to run: it would read commands from a terminal.
+fn wants_a_terminal(command: &[String]) -> bool {
+    let shells = [
+        "bash", "sh", "zsh", "dash", "fish", "ksh", "python", "python3", "node", "irb",
+    ];
+    match command {
+        [one] => {
+            let base = one.rsplit('/').next().unwrap_or(one);
+            shells.contains(&base)
+        }
+        [first, flags @ ..] => {
+            let base = first.rsplit('/').next().unwrap_or(first);
+            matches!(base, "bash" | "sh" | "zsh" | "dash")
+                && flags
+                    .iter()
+                    .all(|f| matches!(f.as_str(), "-l" | "--login" | "-i"))
+        }
+        [] => false,
     }
 }

@@ -7,4 +7,6 @@ pub mod eval;
 pub mod exec;
 pub mod gc;
 pub mod image;
+pub mod mcp;
 pub mod run;
+pub mod shell;

@@ -46,6 +46,11 @@ struct Inner {
     /// daemon by this process's labels.
     created_any: AtomicBool,
     critical: Mutex<()>,
+    /// A command handles Ctrl-C itself for now (the chat cancels the request it is waiting for):
+    /// the edge leaves SIGINT to it.
+    interrupts_claimed: AtomicBool,
+    /// The same for SIGTERM (the MCP server ends its session and writes its patch itself).
+    termination_claimed: AtomicBool,
 }
 
 #[derive(Clone, Default)]
@@ -67,12 +72,51 @@ impl PartialEq for Cleanup {
     }
 }
 
+/// See [`Cleanup::claim_interrupts`].
+pub struct InterruptClaim(Cleanup);
+
+impl Drop for InterruptClaim {
+    fn drop(&mut self) {
+        self.0.inner.interrupts_claimed.store(false, Ordering::Release);
+    }
+}
+
+/// See [`Cleanup::claim_termination`].
+pub struct TerminationClaim(Cleanup);
+
+impl Drop for TerminationClaim {
+    fn drop(&mut self) {
+        self.0.inner.termination_claimed.store(false, Ordering::Release);
+    }
+}
+
 /// A registered resource; give it back with [`Cleanup::release`] once it is gone.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "release it once the resource is gone, or cleanup will remove it again"]
 pub struct Registration(u64);
 
 impl Cleanup {
+    /// From now until the guard drops, SIGINT is the caller's to handle, not a reason to stop
+    /// the run (SIGTERM still is).
+    pub fn claim_interrupts(&self) -> InterruptClaim {
+        self.inner.interrupts_claimed.store(true, Ordering::Release);
+        InterruptClaim(self.clone())
+    }
+
+    pub fn interrupts_claimed(&self) -> bool {
+        self.inner.interrupts_claimed.load(Ordering::Acquire)
+    }
+
+    /// The same for SIGTERM: the caller ends its work itself, promptly.
+    pub fn claim_termination(&self) -> TerminationClaim {
+        self.inner.termination_claimed.store(true, Ordering::Release);
+        TerminationClaim(self.clone())
+    }
+
+    pub fn termination_claimed(&self) -> bool {
+        self.inner.termination_claimed.load(Ordering::Acquire)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Resource>> {
         // A panic while holding this lock left the map as it was: still the truth.
         self.inner.resources.lock().unwrap_or_else(|e| e.into_inner())

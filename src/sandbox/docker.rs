@@ -49,7 +49,7 @@ done"#;
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
 /// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
 /// kernel kills it rather than the keep-alive, whose end would be the session's.
-fn per_call_wrapper() -> String {
+pub(super) fn per_call_wrapper() -> String {
     format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
 
@@ -558,6 +558,11 @@ impl DockerSandbox {
         format!("{}:{}", self.info.uid, self.info.gid)
     }
 
+    /// The daemon connection, for the attached processes of `tty.rs`.
+    pub(super) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
     fn check_open(&self) -> Result<(), SandboxError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SandboxError::ContainerGone("the sandbox was shut down".into()));
@@ -714,6 +719,13 @@ impl DockerSandbox {
         Ok(result)
     }
 
+    /// Kill every process the sandbox user runs (the command of a call that was given up, and
+    /// all it started), leaving the sandbox itself up for the next call.
+    pub async fn interrupt(&self) -> Result<(), SandboxError> {
+        self.check_open()?;
+        self.sweep().await.map(|_| ())
+    }
+
     /// Kill every process of the sandbox user, through a fresh exec, which then reads the memory
     /// cgroup's OOM-kill counter (so per-call mode learns of an OOM kill without another exec).
     async fn sweep(&self) -> Result<Option<i64>, SandboxError> {
@@ -809,7 +821,7 @@ impl DockerSandbox {
     }
 
     /// The memory cgroup's OOM-kill counter (cgroup v2 or v1), read as the keep-alive's uid.
-    async fn read_oom_kills(&self) -> Option<i64> {
+    pub(super) async fn read_oom_kills(&self) -> Option<i64> {
         let exec = self
             .docker
             .create_exec(

@@ -38,6 +38,11 @@ pub struct Executor {
     /// The executor's own stderr (Python tracebacks), for the error message if it dies.
     diagnostics: Vec<u8>,
     next_id: u64,
+    /// A request whose caller stopped waiting (the chat's Ctrl-C drops the call): its reply is
+    /// still to come, and is read and dropped before the next request's.
+    unanswered: Option<(u64, Duration)>,
+    /// A request was cut off while being written: the stream is out of step for good.
+    torn: bool,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +119,8 @@ impl Executor {
             buf: BytesMut::new(),
             diagnostics: Vec::new(),
             next_id: 1,
+            unanswered: None,
+            torn: false,
         };
         let hello = match tokio::time::timeout(Duration::from_secs(30), ex.read_frame()).await {
             Ok(Ok(frame)) => frame,
@@ -135,6 +142,32 @@ impl Executor {
 
     fn diagnostics_text(&self) -> String {
         String::from_utf8_lossy(&self.diagnostics).trim().to_string()
+    }
+
+    /// Read and drop the reply to a call that was given up (its command was killed by then, so
+    /// it comes at once), so that the next reply is the next call's.
+    async fn skip_unanswered(&mut self, watchdog: Duration) -> Result<(), SandboxError> {
+        if self.torn {
+            return Err(SandboxError::ExecutorLost(
+                "a request was cut off while being sent".into(),
+            ));
+        }
+        let Some((id, timeout)) = self.unanswered else {
+            return Ok(());
+        };
+        loop {
+            let frame = match tokio::time::timeout(timeout + watchdog, self.read_frame()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
+            };
+            let answered = serde_json::from_slice::<Response>(&frame)
+                .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?
+                .id;
+            if answered == Some(id) {
+                self.unanswered = None;
+                return Ok(());
+            }
+        }
     }
 
     async fn read_frame(&mut self) -> Result<Vec<u8>, SandboxError> {
@@ -197,13 +230,18 @@ impl Executor {
         frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
         frame.extend_from_slice(&body);
         let lost = |e: std::io::Error| SandboxError::ExecutorLost(e.to_string());
+        self.skip_unanswered(watchdog).await?;
+        self.torn = true;
         self.input.write_all(&frame).await.map_err(lost)?;
         self.input.flush().await.map_err(lost)?;
+        self.torn = false;
+        self.unanswered = Some((id, req.timeout));
 
         let reply = match tokio::time::timeout(req.timeout + watchdog, self.read_frame()).await {
             Ok(r) => r?,
             Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
         };
+        self.unanswered = None;
         let resp: Response = serde_json::from_slice(&reply)
             .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?;
         if resp.id != Some(id) {

@@ -15,6 +15,7 @@ pub mod hostscan;
 pub mod identity;
 mod policy;
 pub mod seccomp;
+pub mod tty;
 
 use std::time::Duration;
 

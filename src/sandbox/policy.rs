@@ -232,6 +232,8 @@ pub struct SandboxSpec {
     pub per_call_exec: bool,
     /// Extra labels (e.g. an eval task's name).
     pub labels: Vec<(String, String)>,
+    /// Mount a bind-mounted project read-only (`shell --read-only`: look without risk).
+    pub read_only: bool,
     /// Who removes what this sandbox creates if the run is cut short.
     pub cleanup: super::cleanup::Cleanup,
 }
@@ -397,7 +399,7 @@ impl SandboxSpec {
                     }),
                     ..Default::default()
                 };
-                let mut m = vec![bind(project, WORKSPACE.to_string(), false)];
+                let mut m = vec![bind(project, WORKSPACE.to_string(), self.read_only)];
                 // Docker mounts parents first, so these land on top of the workspace bind.
                 for rel in protected {
                     m.push(bind(
@@ -550,8 +552,31 @@ mod tests {
             runtime: None,
             per_call_exec: false,
             labels: vec![],
+            read_only: false,
             cleanup: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_read_only_spec_mounts_the_project_read_only() {
+        let mounts = |s: &SandboxSpec| {
+            s.create_body(MainProcess::Executor, None)
+                .host_config
+                .unwrap()
+                .mounts
+                .unwrap()
+        };
+        let workspace = |s: &SandboxSpec| {
+            mounts(s)
+                .into_iter()
+                .find(|m| m.target.as_deref() == Some(WORKSPACE))
+                .unwrap()
+                .read_only
+        };
+        let mut s = spec();
+        assert_eq!(workspace(&s), Some(false));
+        s.read_only = true;
+        assert_eq!(workspace(&s), Some(true));
     }
 
     #[test]

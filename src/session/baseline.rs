@@ -132,6 +132,40 @@ pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), Strin
     .map(drop)
 }
 
+/// Record the project as it is now as checkpoint `name` (the chat's `/undo` goes back to it).
+pub async fn checkpoint(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), String> {
+    let script = format!(
+        "set -e\n{env}git add -A 2>/dev/null\ngit write-tree > \"$GIT_DIR/CHECKPOINT-$1\"\n",
+        env = env_prefix()
+    );
+    run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &script, "sh", name],
+        (8192, 8192),
+        "the checkpoint",
+    )
+    .await
+    .map(drop)
+}
+
+/// Put the project back as it was at checkpoint `name`, as [`reset`] does for the snapshot.
+pub async fn restore(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), String> {
+    let script = format!(
+        "set -e\n{env}git add -A 2>/dev/null\ngit read-tree -u --reset \"$(cat \"$GIT_DIR/CHECKPOINT-$1\")\"\n",
+        env = env_prefix()
+    );
+    run(
+        sandbox,
+        timeout,
+        &["/bin/sh", "-c", &script, "sh", name],
+        (8192, 8192),
+        "restoring the checkpoint",
+    )
+    .await
+    .map(drop)
+}
+
 pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {
     text.lines()
         .filter_map(|l| {

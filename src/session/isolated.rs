@@ -36,53 +36,10 @@ impl Session {
     /// copied in (see `isolate::readback`): listed, pruned of what is never brought back, then
     /// read from the archive API within a byte budget and a deadline.
     pub async fn changeset(&self) -> Result<isolate::ChangeSet, String> {
-        use isolate::readback;
         let Some(iso) = &self.isolation else {
             return Err("not an isolated session".into());
         };
-        let timeout = self.tool_settings.command_timeout.max(Duration::from_secs(60));
-        let listed = self
-            .sandbox
-            .exec(
-                crate::sandbox::ExecRequest::argv(readback::listing_command(), timeout)
-                    .capture(readback::MAX_LISTING_BYTES, 0),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        // A partial listing (an unreadable directory) still helps; a cut one does not.
-        let listing = (!listed.timed_out)
-            .then(|| listed.stdout.bytes())
-            .flatten()
-            .map(|out| readback::parse_listing(&out));
-        let manifest = iso.manifest.clone();
-        let plan = readback::plan(&manifest, listing.as_ref(), readback::Limits::default());
-        if !plan.prune.is_empty() {
-            let prune = crate::sandbox::ExecRequest::argv(readback::prune_command(), timeout)
-                .stdin(plan.prune_input())
-                .capture(4096, 4096);
-            // What is not removed is read and left out as it comes: only slower.
-            if let Ok(out) = self.sandbox.exec(prune).await
-                && !out.success()
-            {
-                tracing::debug!(status = %out.status_line(), "pruning before the read-back failed");
-            }
-        }
-        let reader = self
-            .sandbox
-            .archive_reader(crate::sandbox::WORKSPACE)
-            .await
-            .map_err(|e| e.to_string())?;
-        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let reader = readback::Deadline::new(
-            reader,
-            Duration::from_secs(readback::MAX_READBACK_SECS),
-            fired.clone(),
-        );
-        let bridge = tokio_util::io::SyncIoBridge::new(reader);
-        tokio::task::spawn_blocking(move || readback::changeset_from_archive(bridge, &manifest, plan, &fired))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+        changeset(&self.sandbox, iso, self.tool_settings.command_timeout).await
     }
 
     /// `--isolate`: the changes, the patch (from the manifest and the host's originals), and
@@ -380,4 +337,120 @@ fn account(set: &isolate::ChangeSet, counts: &[Option<(u64, u64)>], report: &mut
             .collect(),
         incomplete: false,
     });
+}
+
+/// What changed in an isolated sandbox: see [`Session::changeset`].
+async fn changeset(
+    sandbox: &dyn Sandbox,
+    iso: &Isolation,
+    command_timeout: Duration,
+) -> Result<isolate::ChangeSet, String> {
+    use isolate::readback;
+    let timeout = command_timeout.max(Duration::from_secs(60));
+    let listed = sandbox
+        .exec(
+            crate::sandbox::ExecRequest::argv(readback::listing_command(), timeout)
+                .capture(readback::MAX_LISTING_BYTES, 0),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    // A partial listing (an unreadable directory) still helps; a cut one does not.
+    let listing = (!listed.timed_out)
+        .then(|| listed.stdout.bytes())
+        .flatten()
+        .map(|out| readback::parse_listing(&out));
+    let manifest = iso.manifest.clone();
+    let plan = readback::plan(&manifest, listing.as_ref(), readback::Limits::default());
+    if !plan.prune.is_empty() {
+        let prune = crate::sandbox::ExecRequest::argv(readback::prune_command(), timeout)
+            .stdin(plan.prune_input())
+            .capture(4096, 4096);
+        // What is not removed is read and left out as it comes: only slower.
+        if let Ok(out) = sandbox.exec(prune).await
+            && !out.success()
+        {
+            tracing::debug!(status = %out.status_line(), "pruning before the read-back failed");
+        }
+    }
+    let reader = sandbox
+        .archive_reader(crate::sandbox::WORKSPACE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = readback::Deadline::new(
+        reader,
+        Duration::from_secs(readback::MAX_READBACK_SECS),
+        fired.clone(),
+    );
+    let bridge = tokio_util::io::SyncIoBridge::new(reader);
+    tokio::task::spawn_blocking(move || readback::changeset_from_archive(bridge, &manifest, plan, &fired))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// `--isolate` for the faces without a model (`shell`, `mcp`): what was copied in, and at the
+/// end the patch, computed on the host as for `run`.
+pub struct IsolatedCopy(Isolation);
+
+/// What [`IsolatedCopy::finish`] wrote.
+pub struct PatchWritten {
+    pub path: std::path::PathBuf,
+    /// Files in the patch.
+    pub changed: usize,
+    /// What was not brought back, and why.
+    pub warnings: Vec<String>,
+}
+
+impl IsolatedCopy {
+    /// Copy `project` into a fresh volume and start a sandbox on it.
+    pub async fn open(
+        cfg: &crate::config::SandboxConfig,
+        project: &std::path::Path,
+        patch: Option<std::path::PathBuf>,
+    ) -> anyhow::Result<(crate::sandbox::DockerSandbox, IsolatedCopy)> {
+        let settings = IsolateSettings {
+            exclude: Vec::new(),
+            patch,
+            write_patch: true,
+            apply: false,
+        };
+        let (sandbox, iso) = super::setup::open_isolated(cfg, project, &settings).await?;
+        Ok((sandbox, IsolatedCopy(iso)))
+    }
+
+    /// Read back what changed and write the patch. Call while the sandbox is still there, and
+    /// after its processes are stopped.
+    pub async fn finish(
+        &self,
+        sandbox: &dyn Sandbox,
+        timeout: Duration,
+        session: &str,
+    ) -> Result<PatchWritten, String> {
+        let set = changeset(sandbox, &self.0, timeout).await?;
+        let warnings = isolate::readback::warnings(&set.skipped, isolate::readback::Limits::default());
+        let path = self
+            .0
+            .settings
+            .patch
+            .clone()
+            .unwrap_or_else(|| default_patch_path(&self.0.project, session));
+        let (project, manifest, target) = (self.0.project.clone(), self.0.manifest.clone(), path.clone());
+        let changed = set.changes.len();
+        tokio::task::spawn_blocking(move || {
+            std::fs::File::create(&target).and_then(|f| {
+                let mut out = std::io::BufWriter::new(f);
+                isolate::patch::write_patch(&mut out, &project, &manifest, &set.changes, MAX_DIFF_BYTES)?;
+                out.flush()
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot write the patch {}: {e}", path.display()))?;
+        Ok(PatchWritten {
+            path,
+            changed,
+            warnings,
+        })
+    }
 }

@@ -14,6 +14,7 @@ pub mod prime;
 pub mod prompt;
 mod setup;
 
+pub use isolated::{IsolatedCopy, PatchWritten};
 pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
@@ -22,7 +23,7 @@ use crate::model::{Message, ModelClient, pricing};
 use crate::report::{CommandVerdict, Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::tools::{
-    Approval, Approver, ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs,
+    Approval, Approver, Decision, ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs,
 };
 
 /// Largest diff kept for the report.
@@ -270,31 +271,115 @@ async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
     ctx.run_tests().await.is_ok_and(|runs| all_passed(&runs))
 }
 
-/// Prints what is about to happen and reads y/n from stdin.
-pub struct TerminalApprover;
+/// Prints what is about to happen and asks: yes, no, always (for this session, for this kind
+/// of action), or no with a reason the model is told.
+#[derive(Default)]
+pub struct TerminalApprover {
+    always: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
+}
 
 #[async_trait]
 impl Approver for TerminalApprover {
     async fn approve(&self, request: &Approval) -> bool {
+        self.decide(request).await == Decision::Allow
+    }
+
+    async fn decide(&self, request: &Approval) -> Decision {
+        let kind = request.kind();
+        if self
+            .always
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(kind)
+        {
+            return Decision::Allow;
+        }
         // What is shown for approval must be exactly what will happen: no escape sequence in
         // the diff or the command may hide or rewrite any of it.
         let prompt = crate::events::for_terminal(&match request {
             Approval::Edit { path, diff } => format!("\nagentbox: the model wants to edit {path}:\n{diff}"),
             Approval::Command { command } => format!("\nagentbox: the model wants to run:\n  $ {command}\n"),
         });
-        tokio::task::spawn_blocking(move || {
+        // Dropped with this future (the chat's Ctrl-C): the reading thread stops, instead of
+        // taking the next line typed at the chat's prompt.
+        let stop = StopOnDrop::default();
+        let flag = stop.0.clone();
+        let answer = tokio::task::spawn_blocking(move || {
             let mut err = std::io::stderr().lock();
-            let _ = write!(err, "{prompt}allow? [y/N] ");
+            let _ = write!(
+                err,
+                "{prompt}allow? [y]es, [N]o, [a]lways for {kind} this session, [w]hy not (no, and tell the model why): "
+            );
             let _ = err.flush();
-            let mut line = String::new();
-            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
-                return false;
+            let line = read_stdin_line(&flag)?;
+            let choice = line.trim().to_ascii_lowercase();
+            if matches!(choice.as_str(), "w" | "why") {
+                let _ = write!(err, "tell the model why: ");
+                let _ = err.flush();
+                let why = read_stdin_line(&flag).unwrap_or_default();
+                return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
-            matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+            Some((choice, None))
         })
         .await
-        .unwrap_or(false)
+        .ok()
+        .flatten();
+        match answer {
+            Some((choice, _)) if matches!(choice.as_str(), "y" | "yes") => Decision::Allow,
+            Some((choice, _)) if matches!(choice.as_str(), "a" | "always") => {
+                self.always.lock().unwrap_or_else(|e| e.into_inner()).insert(kind);
+                Decision::Allow
+            }
+            Some((_, why)) => Decision::Decline { why },
+            None => Decision::Decline { why: None },
+        }
     }
+}
+
+/// Set when dropped.
+#[derive(Default)]
+struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// One line from stdin; `None` at its end, or once `stop` is set. On a terminal it polls (a
+/// line is one read there), so that it can stop; elsewhere (a pipe) it reads through std's
+/// buffer, which other readers of stdin share.
+fn read_stdin_line(stop: &std::sync::atomic::AtomicBool) -> Option<String> {
+    use crate::terminal::{STDIN, is_tty};
+    if !is_tty(STDIN) {
+        let mut line = String::new();
+        return match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        };
+    }
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let mut pfd = libc::pollfd {
+            fd: STDIN,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own.
+        if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+            continue;
+        }
+        // SAFETY: reads one byte into a buffer we own.
+        match unsafe { libc::read(STDIN, byte.as_mut_ptr().cast(), 1) } {
+            1 if byte[0] == b'\n' => return Some(String::from_utf8_lossy(&line).into_owned()),
+            1 => line.push(byte[0]),
+            0 => return None,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The chat's `/tests`: every test command, as `run_tests` shows them.

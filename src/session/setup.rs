@@ -246,7 +246,7 @@ impl Session {
             aids: settings.aids.clone(),
             baseline_error,
             isolation,
-            approver: settings.approve.then_some(TerminalApprover),
+            approver: settings.approve.then(TerminalApprover::default),
             cleanup: settings.sandbox.cleanup.clone(),
             started: Instant::now(),
             plan,
@@ -264,26 +264,36 @@ async fn open_session_sandbox(
     Ok(match &settings.isolate {
         None => (open_sandbox(cfg, project).await?.1, None),
         Some(iso) => {
-            let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
-            let root = project.canonicalize()?;
-            let exclude = iso.exclude.clone();
-            let dir = root.clone();
-            let packed = tokio::task::spawn_blocking(move || {
-                isolate::pack(&dir, uid, gid, &|p| {
-                    exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
-                })
-            })
-            .await??;
-            let spec = cfg.volume_spec(project, packed.tar.path())?;
-            let (_, sb) = open_spec(cfg, spec).await?;
-            (
-                sb,
-                Some(isolated::Isolation {
-                    project: root,
-                    manifest: Arc::new(packed.manifest),
-                    settings: iso.clone(),
-                }),
-            )
+            let (sb, isolation) = open_isolated(cfg, project, iso).await?;
+            (sb, Some(isolation))
         }
     })
+}
+
+/// The project copied into a fresh volume (`--isolate`), and a sandbox on it.
+pub(super) async fn open_isolated(
+    cfg: &SandboxConfig,
+    project: &Path,
+    iso: &crate::config::IsolateSettings,
+) -> anyhow::Result<(DockerSandbox, isolated::Isolation)> {
+    let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
+    let root = project.canonicalize()?;
+    let exclude = iso.exclude.clone();
+    let dir = root.clone();
+    let packed = tokio::task::spawn_blocking(move || {
+        isolate::pack(&dir, uid, gid, &|p| {
+            exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
+        })
+    })
+    .await??;
+    let spec = cfg.volume_spec(project, packed.tar.path())?;
+    let (_, sb) = open_spec(cfg, spec).await?;
+    Ok((
+        sb,
+        isolated::Isolation {
+            project: root,
+            manifest: Arc::new(packed.manifest),
+            settings: iso.clone(),
+        },
+    ))
 }

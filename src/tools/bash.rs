@@ -41,14 +41,15 @@ impl Tool for Bash {
             return Err(ToolError::RespondToModel("the command is empty".into()));
         }
         if let Some(approver) = ctx.approver
-            && !approver
-                .approve(&Approval::Command {
+            && let super::Decision::Decline { why } = approver
+                .decide(&Approval::Command {
                     command: args.command.clone(),
                 })
                 .await
         {
-            return Err(ToolError::RespondToModel(
+            return Err(super::declined(
                 "the user declined to run this command".into(),
+                why,
             ));
         }
         let out = ctx.shell(&args.command).await?;

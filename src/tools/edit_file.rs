@@ -143,18 +143,18 @@ async fn approve(ctx: &ToolContext<'_>, path: &str, before: &str, after: &str) -
         return Ok(());
     };
     let diff = unified_diff(path, before, after);
-    if approver
-        .approve(&Approval::Edit {
+    match approver
+        .decide(&Approval::Edit {
             path: path.to_string(),
             diff,
         })
         .await
     {
-        Ok(())
-    } else {
-        Err(ToolError::RespondToModel(format!(
-            "the user declined this edit to {path}"
-        )))
+        super::Decision::Allow => Ok(()),
+        super::Decision::Decline { why } => Err(super::declined(
+            format!("the user declined this edit to {path}"),
+            why,
+        )),
     }
 }
 

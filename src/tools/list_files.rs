@@ -19,6 +19,10 @@ impl Tool for ListFiles {
         "list_files"
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn description(&self, s: &ToolSettings) -> String {
         format!(
             "List the files under a directory of the project (default: the whole project), one path \

@@ -72,9 +72,43 @@ pub enum Approval {
     Command { command: String },
 }
 
+impl Approval {
+    /// What kind of thing is asked, for "always, for this session".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Approval::Edit { .. } => "edits",
+            Approval::Command { .. } => "commands",
+        }
+    }
+}
+
+/// The user's answer, with what to tell the model when it is no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Decline { why: Option<String> },
+}
+
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(&self, request: &Approval) -> bool;
+
+    /// The answer with the user's reason, if they gave one.
+    async fn decide(&self, request: &Approval) -> Decision {
+        if self.approve(request).await {
+            Decision::Allow
+        } else {
+            Decision::Decline { why: None }
+        }
+    }
+}
+
+/// The refusal the model reads: `what`, and the user's reason when there is one.
+pub fn declined(what: String, why: Option<String>) -> ToolError {
+    ToolError::RespondToModel(match why {
+        Some(why) => format!("{what}; they said: {why}"),
+        None => what,
+    })
 }
 
 /// Limits and settings the tools share; one per run.
@@ -225,6 +259,10 @@ pub trait Tool: Send + Sync {
     fn name(&self) -> &'static str;
     fn description(&self, settings: &ToolSettings) -> String;
     fn schema(&self) -> Value;
+    /// Whether the tool only reads (told to MCP clients as an annotation).
+    fn read_only(&self) -> bool {
+        false
+    }
     async fn call(&self, args: Value, ctx: &ToolContext<'_>) -> Result<ToolOutput, ToolError>;
 }
 
@@ -303,6 +341,11 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    /// Whether the tool `name` only reads.
+    pub fn is_read_only(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name() == name && t.read_only())
     }
 
     pub fn specs(&self, settings: &ToolSettings) -> Vec<ToolSpec> {

@@ -26,6 +26,10 @@ impl Tool for ReadFile {
         "read_file"
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn description(&self, s: &ToolSettings) -> String {
         format!(
             "Read a text file of the project. Each line is shown with its line number, a tab, then \

@@ -20,6 +20,10 @@ impl Tool for Search {
         "search"
     }
 
+    fn read_only(&self) -> bool {
+        true
+    }
+
     fn description(&self, s: &ToolSettings) -> String {
         format!(
             "Search the project's files for a regular expression (ripgrep syntax). Prints matching \

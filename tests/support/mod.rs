@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 pub mod model_server;
+pub mod pty;
 pub mod scripted;
 
 use std::os::unix::fs::MetadataExt;

@@ -1,0 +1,119 @@
+//! `agentbox mcp PROJECT`: an MCP server on stdio (stdout is the protocol; everything else goes
+//! to stderr) offering agentbox's tools on one sandbox, removed when the client goes away.
+
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::McpArgs;
+use crate::config::SandboxConfig;
+use crate::mcp::{Server, Tools};
+use crate::sandbox::{Cleanup, Sandbox};
+use crate::session::{IsolatedCopy, baseline};
+use crate::tools::{ToolRegistry, ToolSettings};
+
+pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    crate::config::project_arg(&args.project)?;
+    let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
+    let cleanup_claims = cleanup.clone();
+    cfg.cleanup = cleanup;
+    let root = args.project.clone();
+    let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
+    let choice = crate::session::choose_image(&cfg, &args.project, &detection).await;
+    tracing::info!(image = %choice.image, reason = %choice.reason, "image chosen");
+    cfg.image = choice.image;
+    let test_commands: Vec<String> = if args.test_cmd.is_empty() {
+        detection.commands.iter().map(|t| t.command.clone()).collect()
+    } else {
+        args.test_cmd.clone()
+    };
+    // The sandbox exists before the first message is read: the client's `initialize` is
+    // answered by a server whose tools are ready.
+    let (sandbox, copy) = if args.isolate {
+        let (sandbox, copy) = IsolatedCopy::open(&cfg, &args.project, args.patch.clone()).await?;
+        (sandbox, Some(copy))
+    } else {
+        (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
+    };
+    for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
+        errln!("agentbox: WARNING: {warning}");
+    }
+    let timeout = cfg.command_timeout_for(&sandbox.info().image);
+    let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
+        .await
+        .err();
+    let settings = ToolSettings {
+        command_timeout: timeout,
+        test_commands,
+        protect_tests: args.protect_tests,
+        ..Default::default()
+    };
+    errln!(
+        "agentbox: MCP server on stdio; sandbox {} ({}) on {}",
+        sandbox.info().session,
+        sandbox.info().image,
+        args.project.display()
+    );
+    let server = Server::new(Tools {
+        sandbox,
+        registry: ToolRegistry::standard(!args.no_shell, false),
+        settings,
+        baseline_error,
+    });
+    // SIGINT and SIGTERM end the session here, like the client's going away, so that the
+    // patch is written before the sandbox goes.
+    let _interrupts = cleanup_claims.claim_interrupts();
+    let _termination = cleanup_claims.claim_termination();
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut code = 0;
+    let served = async {
+        let running = server
+            .clone()
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
+        let stop = running.cancellation_token();
+        tokio::select! {
+            // Ends when the client closes stdin (it disconnected or died).
+            reason = running.waiting() => tracing::info!(?reason, "MCP session over"),
+            _ = sigint.recv() => { stop.cancel(); code = 130; }
+            _ = sigterm.recv() => { stop.cancel(); code = 143; }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    if let Some(copy) = &copy {
+        let sandbox = server.sandbox();
+        // Nothing may write while the changes are read back.
+        let _ = sandbox.interrupt().await;
+        match copy.finish(sandbox, timeout, &sandbox.info().session).await {
+            Ok(p) => {
+                for w in &p.warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!(
+                    "agentbox: {} untouched; {} file(s) changed in the copy; patch: {}",
+                    args.project.display(),
+                    p.changed,
+                    p.path.display()
+                );
+            }
+            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
+        }
+    }
+    server.sandbox().shutdown().await?;
+    if let Some(check) = server.sandbox().check_host() {
+        for w in &check.warnings {
+            errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+        }
+        errln!(
+            "agentbox: sandbox removed; {} path(s) changed in {}",
+            check.changes.paths.len(),
+            args.project.display()
+        );
+    }
+    served?;
+    Ok(code)
+}
