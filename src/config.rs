@@ -392,6 +392,16 @@ pub struct AgentSettings {
     pub approve: bool,
     /// The harness aids for small models (see `--small-model`).
     pub aids: Aids,
+    pub edit_format: crate::tools::EditFormat,
+    pub strategy: crate::cli::Strategy,
+    pub repair: RepairSettings,
+}
+
+/// `--strategy repair` and `auto`: how many candidates, how many tested at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RepairSettings {
+    pub candidates: u32,
+    pub candidate_jobs: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -456,6 +466,20 @@ impl AgentSettings {
             shell: !args.no_shell,
             trajectory: None,
             approve: false,
+            edit_format: args.edit_format.unwrap_or(if small {
+                crate::tools::EditFormat::Whole
+            } else {
+                crate::tools::EditFormat::Exact
+            }),
+            strategy: args.strategy.unwrap_or(if small {
+                crate::cli::Strategy::Auto
+            } else {
+                crate::cli::Strategy::Loop
+            }),
+            repair: RepairSettings {
+                candidates: args.candidates,
+                candidate_jobs: args.candidate_jobs,
+            },
             aids: Aids {
                 prime: args.prime || small,
                 protect_tests: args.protect_tests || small,
@@ -539,6 +563,19 @@ mod tests {
         assert_eq!((small.aids.verify_finish, small.aids.attempts), (2, 3));
         assert_eq!(small.aids.resample_repeats, 0);
         assert_eq!((plain.model.max_tokens, small.model.max_tokens), (8192, 1024));
+        assert_eq!(
+            (plain.edit_format, plain.strategy),
+            (crate::tools::EditFormat::Exact, crate::cli::Strategy::Loop)
+        );
+        assert_eq!(
+            (small.edit_format, small.strategy),
+            (crate::tools::EditFormat::Whole, crate::cli::Strategy::Auto)
+        );
+        let chosen = run_settings(&["--small-model", "--edit-format", "both", "--strategy", "repair"]);
+        assert_eq!(
+            (chosen.edit_format, chosen.strategy),
+            (crate::tools::EditFormat::Both, crate::cli::Strategy::Repair)
+        );
         let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
         assert_eq!(tuned.aids.attempts, 1);
         assert_eq!(tuned.model.temperature, Some(0.2));

@@ -17,6 +17,7 @@ pub mod image;
 pub mod isolate;
 pub mod model;
 pub mod project;
+pub mod repair;
 pub mod report;
 pub mod sandbox;
 pub mod session;

@@ -182,6 +182,7 @@ impl TaskResult {
         match self.exit_reason {
             Outcome::Finished => "the model finished",
             Outcome::StepLimit => "the step limit was reached",
+            Outcome::Repeating => "the model only repeated itself (ended early)",
             Outcome::Error => "an error stopped it",
         }
     }
@@ -336,9 +337,9 @@ pub async fn run_task_when<G>(
         .unwrap_or_else(Instant::now);
     started_at = now_secs() - prepared_in.as_secs_f64();
     session.restart_clock(prepared_in);
-    let (result, attempts) = session.work(&task.instruction).await;
-    let mut report = session.report(&result).await;
-    report.attempts = attempts;
+    let work = crate::repair::work(&session, &settings, &task.dir, &task.instruction).await;
+    let mut report = session.report(&work.result).await;
+    report.attempts = work.attempts;
     // What changed, as the host tells it (the sandbox cannot hide a rewritten test).
     let changes = session.finish_isolated(&mut report).await;
     events.emit(&crate::events::Event::Finished { report: &report });

@@ -1,0 +1,313 @@
+//! Whole-file edits and the repair strategy, through `agentbox run` with a scripted model and
+//! the real Docker daemon: `write_file`, candidates tested each in its own sandbox (two at
+//! once, nothing left behind, also after Ctrl-C), `auto` handing over to the loop, and the
+//! repeat guard ending an attempt that only repeats.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::scripted::{Run, call, finish, spawn_run};
+use support::*;
+
+const COUNTER: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split(\" \"))\n";
+const FIXED: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split())\n";
+const WRONG: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split(\",\"))\n";
+const TESTS: &str = "from counter import count_words\n\n\ndef test_simple():\n    assert count_words(\"a b c\") == 3\n\n\ndef test_extra_spaces():\n    assert count_words(\"  a   b \") == 2\n";
+
+fn project() -> Project {
+    Project::new(&[("counter.py", COUNTER), ("test_counter.py", TESTS)])
+}
+
+fn write(path: &str, content: &str) -> Value {
+    call("write_file", json!({"path": path, "content": content}))
+}
+
+/// A candidate reply: these `write_file` calls.
+fn candidate(calls: &[Value]) -> Value {
+    json!({ "tool_calls": calls })
+}
+
+async fn run(project: &Project, turns: Value, args: &[&str]) -> Run {
+    finish(spawn_run(project, turns, args, &[])).await
+}
+
+fn report(run: &Run) -> &Value {
+    run.report
+        .as_ref()
+        .unwrap_or_else(|| panic!("no report: {}", run.stderr))
+}
+
+fn verdicts(run: &Run) -> Vec<String> {
+    report(run)["candidates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no candidates: {}", run.stdout))
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_file_replaces_whole_files_keeps_the_mode_shows_a_diff_and_keeps_to_the_rules() {
+    let p = project();
+    std::fs::set_permissions(p.file("counter.py"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("./test_counter.py", "def test_nothing():\n    pass\n")]),
+            candidate(&[write("../outside.py", "x = 1\n")]),
+            candidate(&[write("counter.py", FIXED)]),
+            candidate(&[write("notes/new.py", "y = 2\n")]),
+            {"text": "done"}
+        ]),
+        &["--edit-format", "whole", "--protect-tests"],
+    )
+    .await;
+    let started = out.events.iter().find(|e| e["event"] == "started").unwrap();
+    let tools: Vec<&str> = started["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"write_file") && !tools.contains(&"edit_file"),
+        "{tools:?}"
+    );
+    let (_, test_file, is_error) = out.result(0);
+    assert!(is_error && test_file.contains("is a test file"), "{test_file}");
+    let (_, outside, is_error) = out.result(1);
+    assert!(is_error && outside.contains("outside"), "{outside}");
+    let (_, wrote, is_error) = out.result(2);
+    assert!(!is_error, "{wrote}");
+    assert!(
+        wrote.starts_with("wrote counter.py (3 lines; +1 -1). What changed:")
+            && wrote.contains("-    return len(text.split(\" \"))\n+    return len(text.split())"),
+        "{wrote}"
+    );
+    let (_, created, is_error) = out.result(3);
+    assert!(
+        !is_error && created == "created notes/new.py (1 lines)",
+        "{created}"
+    );
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(p.read("notes/new.py"), "y = 2\n");
+    let mode = std::fs::metadata(p.file("counter.py"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755, "the mode is kept");
+    assert!(!p.path().parent().unwrap().join("outside.py").exists());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_candidate_fails_the_second_passes_and_only_the_second_is_applied() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", WRONG)]),
+            candidate(&[write("counter.py", FIXED)]),
+            candidate(&[write("counter.py", "never asked for\n")]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "3",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    let r = report(&out);
+    assert_eq!(verdicts(&out)[..2], ["failed", "passed"], "{}", out.stdout);
+    assert_eq!(r["strategy"], "repair");
+    assert_eq!(p.read("counter.py"), FIXED, "{}", out.stderr);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(r["tests"]["passed"], true);
+    assert!(
+        r["summary"].as_str().unwrap().contains("candidate 2 of"),
+        "{}",
+        r["summary"]
+    );
+    // The trajectory shows every candidate and its verdict.
+    let judged: Vec<(u64, String)> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "candidate")
+        .map(|e| {
+            (
+                e["candidate"]["number"].as_u64().unwrap(),
+                e["candidate"]["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(judged.contains(&(1, "failed".into())), "{judged:?}");
+    assert!(judged.contains(&(2, "passed".into())), "{judged:?}");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_edits_a_test_is_discarded_and_counted() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("test_counter.py", "def test_nothing():\n    pass\n"), write("counter.py", WRONG)]),
+            {"text": "Here it is.\n\n### counter.py\n```python\n".to_string() + FIXED + "```\n"},
+        ]),
+        &["--strategy", "repair", "--candidates", "2"],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["changes_tests", "passed"], "{}", out.stdout);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(
+        p.read("counter.py"),
+        FIXED,
+        "the fenced block was read: {}",
+        out.stderr
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// A candidate whose module sleeps: its tests run long enough to see the sandboxes.
+fn slow(code: &str) -> String {
+    format!("import time\ntime.sleep(8)\n{code}")
+}
+
+async fn candidate_containers(docker: &bollard::Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("agentbox.pid={pid}"), "agentbox.candidate".to_string()],
+    )]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_are_tested_in_separate_sandboxes_at_once_and_none_is_left() {
+    let docker = docker().await;
+    let p = project();
+    let spawned = spawn_run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", &slow(WRONG))]),
+            candidate(&[write("counter.py", &slow(FIXED))]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "2",
+        ],
+        &[],
+    );
+    let pid = spawned.pid;
+    let both = eventually(Duration::from_secs(120), || async {
+        candidate_containers(&docker, pid).await >= 2
+    })
+    .await;
+    let out = finish(spawned).await;
+    assert!(
+        both,
+        "two candidate sandboxes were never alive at once: {}",
+        out.stderr
+    );
+    assert_eq!(verdicts(&out), ["failed", "passed"], "{}", out.stdout);
+    assert_eq!(p.read("counter.py"), slow(FIXED));
+    let gone = eventually(Duration::from_secs(30), || async {
+        volumes_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a candidate's volume outlived the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_candidates_are_tested_leaves_nothing() {
+    let docker = docker().await;
+    let p = project();
+    let spawned = spawn_run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", &slow(FIXED))]),
+            candidate(&[write("counter.py", &slow(WRONG))]),
+        ]),
+        &["--strategy", "repair", "--candidates", "2"],
+        &[],
+    );
+    let pid = spawned.pid;
+    let seen = eventually(Duration::from_secs(120), || async {
+        candidate_containers(&docker, pid).await >= 1
+    })
+    .await;
+    assert!(seen, "no candidate sandbox appeared");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = finish(spawned).await;
+    assert_eq!(out.code, Some(130), "{}", out.stderr);
+    let gone = eventually(Duration::from_secs(30), || async {
+        volumes_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a volume outlived the interrupted run");
+    assert_eq!(p.read("counter.py"), COUNTER, "nothing applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_hands_what_repair_left_to_the_loop_with_the_candidates_output() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", WRONG)]),
+            candidate(&[write("counter.py", WRONG)]),
+            {"tool_calls": [call("edit_file", json!({"path": "counter.py", "old": "text.split(\" \")", "new": "text.split()"}))]},
+            {"text": "fixed the split"}
+        ]),
+        &["--strategy", "auto", "--candidates", "2"],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["failed", "failed"], "{}", out.stdout);
+    let requests: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .collect();
+    assert_eq!(requests.len(), 4, "{}", out.stderr);
+    let first_of_loop = requests[2]["request"]["messages"][0].to_string();
+    assert!(
+        first_of_loop.contains("Earlier attempts to fix this")
+            && first_of_loop.contains("Candidate 1 changed counter.py")
+            && first_of_loop.contains("assert"),
+        "{first_of_loop}"
+    );
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(report(&out)["strategy"], "auto");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_only_repeats_itself_ends_its_attempt_early_with_its_own_outcome() {
+    let p = project();
+    let read = call("read_file", json!({"path": "counter.py"}));
+    let turns: Vec<Value> = (0..10).map(|_| json!({"tool_calls": [read.clone()]})).collect();
+    let out = run(&p, Value::Array(turns), &["--no-repeat", "--max-steps", "10"]).await;
+    let r = report(&out);
+    assert_eq!(r["outcome"], "repeating", "{}", out.stdout);
+    assert_eq!(r["steps"], 3);
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+}
