@@ -46,11 +46,14 @@ local-model:
     scripts/local-model
     scripts/serve-local-model
 
-# A real model fixes the example tasks in the sandbox (needs `just local-model`); prints the table.
-# One attempt per task by default (3 to 30 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is
-# the --small-model preset's full retry budget, up to three times as long.
+# A real model fixes the example tasks in the sandbox (needs `just local-model`), with each
+# strategy (the loop with write_file; repair; auto), and prints one table: fixed, seconds and
+# tokens per task. AGENTBOX_STRATEGIES picks fewer (e.g. "repair"). One loop attempt per task
+# by default (3 to 30 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is the --small-model
+# preset's full retry budget, up to three times as long.
 test-llm: image
     {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \
         --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 \
+        --strategy "${AGENTBOX_STRATEGIES:-loop,repair,auto}" \
         --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force || true
     cat eval-results/local-model/summary.md

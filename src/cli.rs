@@ -290,9 +290,10 @@ pub struct AgentArgs {
     /// How the task is worked on: `loop` (the agent loop), `repair` (whole corrected files
     /// asked for in one reply, several candidates, each tested in its own sandbox), `auto`
     /// (repair, then the loop on what is left) [default: loop; auto with --small-model].
-    /// Not for `chat`.
-    #[arg(long, value_enum, value_name = "STRATEGY")]
-    pub strategy: Option<Strategy>,
+    /// Not for `chat`. `eval` takes several, comma-separated: each runs over every task, and
+    /// the summary puts them side by side.
+    #[arg(long, value_enum, value_name = "STRATEGY", value_delimiter = ',')]
+    pub strategy: Vec<Strategy>,
 
     /// With --strategy repair or auto: candidate fixes asked for (the first at temperature 0,
     /// the others at --retry-temperature).
@@ -415,7 +416,11 @@ pub struct DemoArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct EvalArgs {
+    #[command(subcommand)]
+    pub command: Option<EvalCommand>,
+
     #[command(flatten)]
     pub agent: AgentArgs,
 
@@ -442,7 +447,21 @@ pub struct EvalArgs {
     pub tasks: Vec<String>,
 
     /// A directory of tasks: each subdirectory holds a project and its TASK.md.
-    pub tasks_dir: PathBuf,
+    #[arg(required = true)]
+    pub tasks_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Result directories side by side: per task fixed, seconds and tokens; then the totals.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Result directories of `agentbox eval` (each with its results.jsonl), two or more.
+    #[arg(required = true, num_args = 2..)]
+    pub dirs: Vec<PathBuf>,
 }
 
 impl Command {

@@ -394,6 +394,8 @@ pub struct AgentSettings {
     pub aids: Aids,
     pub edit_format: crate::tools::EditFormat,
     pub strategy: crate::cli::Strategy,
+    /// Every `--strategy` given (`eval` runs each); `strategy` is the first.
+    pub strategies: Vec<crate::cli::Strategy>,
     pub repair: RepairSettings,
 }
 
@@ -432,6 +434,11 @@ impl Default for Aids {
 impl AgentSettings {
     /// For a session a person watches (`run`, `chat`, `demo`).
     pub fn from_args(args: &AgentArgs, session: &crate::cli::SessionArgs) -> Result<Self, UsageError> {
+        if args.strategy.len() > 1 {
+            return Err(UsageError(
+                "--strategy: one strategy here (only eval runs several)".into(),
+            ));
+        }
         let mut settings = Self::resolve(args, false)?;
         settings.trajectory = session.trajectory.clone();
         settings.approve = session.approve;
@@ -471,11 +478,12 @@ impl AgentSettings {
             } else {
                 crate::tools::EditFormat::Exact
             }),
-            strategy: args.strategy.unwrap_or(if small {
+            strategy: args.strategy.first().copied().unwrap_or(if small {
                 crate::cli::Strategy::Auto
             } else {
                 crate::cli::Strategy::Loop
             }),
+            strategies: args.strategy.clone(),
             repair: RepairSettings {
                 candidates: args.candidates,
                 candidate_jobs: args.candidate_jobs,

@@ -311,3 +311,69 @@ async fn a_model_that_only_repeats_itself_ends_its_attempt_early_with_its_own_ou
     assert_eq!(r["steps"], 3);
     assert_eq!(out.code, Some(3), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_each_strategy_puts_them_side_by_side_and_compares_two_result_directories() {
+    let script = json!({"turns": [candidate(&[write("counter.py", FIXED)]), {"text": "done"}]}).to_string();
+    let tasks = Project::new(&[
+        ("words/counter.py", COUNTER),
+        ("words/test_counter.py", TESTS),
+        ("words/TASK.md", "The tests fail. Fix the code.\n"),
+        ("words/script.json", &script),
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args([
+            "eval",
+            "--provider",
+            "scripted",
+            "--edit-format",
+            "both",
+            "--jobs",
+            "1",
+        ])
+        .args(["--strategy", "loop,repair", "--out"])
+        .arg(out.path())
+        .arg(tasks.path())
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let o = child.wait_with_output().await.unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    for strategy in ["loop", "repair"] {
+        let line = std::fs::read_to_string(out.path().join(strategy).join("results.jsonl")).unwrap();
+        let r: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
+        assert_eq!(r["strategy"], strategy);
+        assert_eq!(r["fixed"], true, "{strategy}: {r}");
+    }
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    assert!(summary.contains("| task | loop | repair |"), "{summary}");
+    assert!(summary.contains("| **fixed** | 1/1 | 1/1 |"), "{summary}");
+    assert_eq!(
+        tasks.read("words/counter.py"),
+        COUNTER,
+        "the tasks are never written"
+    );
+
+    let compared = support::run(
+        agentbox()
+            .args(["eval", "compare"])
+            .arg(out.path().join("loop"))
+            .arg(out.path().join("repair")),
+    );
+    let table = text(&compared.stdout);
+    assert_eq!(compared.status.code(), Some(0), "{}", text(&compared.stderr));
+    assert!(table.starts_with("| task | loop | repair |"), "{table}");
+    assert!(table.contains("| words | fixed · "), "{table}");
+    assert!(table.contains("| **tokens per task** |"), "{table}");
+
+    let docker = docker().await;
+    assert_eq!(containers_of_pid(&docker, pid).await, 0);
+    assert_eq!(volumes_of_pid(&docker, pid).await, 0);
+}

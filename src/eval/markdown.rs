@@ -9,7 +9,7 @@ use super::{TaskResult, Totals};
 
 /// `s` as inline Markdown text: the characters that could start markup (emphasis, links,
 /// HTML, code, table cells) backslash-escaped, line breaks flattened to spaces.
-fn inline(s: &str) -> String {
+pub(crate) fn inline(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -38,8 +38,8 @@ pub const CONTEXT_TOKENS: u32 = 16384;
 const MIN_REPLY_TOKENS: u32 = 4096;
 /// The system prompt, the task and the instructions, in tokens, with room to spare.
 const PROMPT_OVERHEAD_TOKENS: u32 = 1200;
-/// Bytes per token of source code, rounded down (measured with Qwen2.5's tokenizer on the
-/// example tasks: 3.2 to 3.9), so that the budget errs on the small side.
+/// Bytes per token of source code: a deliberately low figure (code usually runs 3 to 4), so
+/// that the budget errs on the small side.
 const BYTES_PER_TOKEN: u32 = 3;
 /// The end of a failed candidate's test output kept for the report and the loop.
 const DETAIL_BYTES: usize = 1500;
@@ -216,6 +216,7 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     let mut validating = FuturesUnordered::new();
     let mut judged: Vec<CandidateReport> = Vec::new();
     let mut replies: Vec<(u32, Vec<FileWrite>)> = Vec::new();
+    let mut model_error = None;
     let record = |c: CandidateReport, judged: &mut Vec<CandidateReport>| {
         events.emit(&Event::Candidate { candidate: &c });
         judged.push(c);
@@ -247,9 +248,10 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         let turn = match turn {
             Ok(t) => t,
             Err(e) => {
-                // A failed model request (after its retries) would fail the next one too.
+                // A failed model request (after its retries) would fail the next one too. It
+                // ends the run only if no candidate passes.
                 let detail = e.to_string();
-                out.fatal = Some(Fatal::Model(Arc::new(e)));
+                model_error = Some(e);
                 record(
                     CandidateReport {
                         number,
@@ -290,6 +292,11 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         .iter()
         .find(|c| c.verdict == CandidateVerdict::Passed)
         .map(|c| c.number);
+    if winner.is_none()
+        && let Some(e) = model_error
+    {
+        out.fatal = Some(Fatal::Model(Arc::new(e)));
+    }
     let discarded = judged.iter().filter(|c| c.verdict.discarded()).count();
     out.summary = match winner {
         Some(n) => {
