@@ -377,3 +377,26 @@ async fn eval_runs_each_strategy_puts_them_side_by_side_and_compares_two_result_
     assert_eq!(containers_of_pid(&docker, pid).await, 0);
     assert_eq!(volumes_of_pid(&docker, pid).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_text_protocol_a_whole_file_in_a_fenced_block_is_a_candidate() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            {"text": "The split is wrong.\n\n```python counter.py\n".to_string() + FIXED + "```\n"},
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "1",
+            "--tool-protocol",
+            "text",
+        ],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["passed"], "{}", out.stderr);
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
