@@ -16,9 +16,11 @@ image profile="release":
     cargo build --locked {{ if profile == "release" { "--release" } else { "" } }}
     scripts/ensure-image target/{{ if profile == "release" { "release" } else { "debug" } }}/agentbox
 
-# The main job: the agent fixes the bundled example (a live model with an API key, else a replay).
-demo: image
-    {{bin}} demo
+# The main job: the agent fixes the bundled example. With an API key, that model; without one,
+# the local model, set up and served on first use (scripts/demo); `just demo --replay` replays
+# a recorded script instead (CI, or a machine that cannot take the 1.1 GB download).
+demo *args: image
+    scripts/demo {{bin}} {{args}}
 
 # Every test: unit, and integration against the real Docker daemon and image.
 test: (image "debug")

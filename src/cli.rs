@@ -29,7 +29,8 @@ pub enum Command {
     Run(RunArgs),
     /// An interactive session with the model, on one sandbox that lives for the whole session.
     Chat(ChatArgs),
-    /// Run the bundled example: a live model when an API key is set, else a scripted replay.
+    /// Run the bundled example: a live model when one is configured, else (or with --replay) a
+    /// scripted replay.
     Demo(DemoArgs),
     /// Run every task of a directory (isolated, in parallel) and report how many were fixed.
     Eval(EvalArgs),
@@ -413,6 +414,11 @@ pub struct DemoArgs {
     /// Put the example's copy here (kept afterwards) instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Replay the recorded script of model turns even when a model is configured (CI, or a
+    /// machine that cannot take the local model's download).
+    #[arg(long)]
+    pub replay: bool,
 }
 
 #[derive(Debug, Args)]

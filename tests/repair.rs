@@ -400,3 +400,30 @@ async fn with_the_text_protocol_a_whole_file_in_a_fenced_block_is_a_candidate() 
     assert_eq!(p.read("counter.py"), FIXED);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_replay_replays_even_with_a_model_configured() {
+    // Through `just demo`'s script: with --replay it never sets up the local model, and the
+    // configured (unreachable) model is never asked.
+    let out = tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo"))
+        .arg(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["--replay", "--json"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--replay was given, so this is a SCRIPTED REPLAY"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("scripts/local-model"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["tests"]["passed"], true);
+}
