@@ -427,3 +427,73 @@ async fn demo_replay_replays_even_with_a_model_configured() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["tests"]["passed"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() {
+    use support::model_server::{ModelServer, Reply, openai_turn};
+    let p = project();
+    let server = ModelServer::start(vec![
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": WRONG}))],
+        )),
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": FIXED}))],
+        )),
+    ])
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
+        .args([
+            "--candidates",
+            "2",
+            "--max-tokens",
+            "1024",
+            "--retry-temperature",
+            "0.8",
+        ])
+        .arg(p.path())
+        .env("OPENAI_BASE_URL", server.openai_url())
+        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(p.read("counter.py"), FIXED);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{stderr}");
+    let body = &reqs[0].body;
+    assert_eq!(body["tool_choice"], "required");
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["write_file"]);
+    assert_eq!(body["temperature"], 0.0);
+    assert_eq!(
+        reqs[1].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        Some(8.0)
+    );
+    assert!(
+        body["max_tokens"].as_u64().unwrap_or(0) >= 4096
+            || body["max_completion_tokens"].as_u64().unwrap_or(0) >= 4096,
+        "room for whole files: {body}"
+    );
+    let prompt = body["messages"].to_string();
+    assert!(
+        prompt.contains("The tests fail now")
+            && prompt.contains("### counter.py")
+            && prompt.contains("### test_counter.py"),
+        "{prompt}"
+    );
+    // The prompt's size, measured by the model's own count, is said.
+    assert!(stderr.contains("repair: the prompt took 100 tokens"), "{stderr}");
+}

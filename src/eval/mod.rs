@@ -340,6 +340,9 @@ pub async fn run_task_when<G>(
         Ok(s) => s,
         Err(e) => return fail(format!("{e:#}")),
     };
+    // The task's own test files are tests too: for --protect-tests, and for repair, whose
+    // candidates must leave them as they are.
+    session.tool_settings.test_patterns = task.toml.test_files.clone();
     let prepared_in = started.elapsed();
     let _slot = turn.await;
     // The task's clock counts its preparation and its own run, not the wait in between.

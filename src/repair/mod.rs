@@ -266,6 +266,18 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             }
         };
         out.usage.add(&turn.usage);
+        if number == 1 && !session.model.estimated_usage() {
+            // What the budget planned, against what the model counted.
+            events.emit(&Event::Note {
+                message: format!(
+                    "repair: the prompt took {} tokens and the reply {} (planned: {} for the prompt, \
+                     {reply_tokens} for the reply, in a {CONTEXT_TOKENS}-token context)",
+                    turn.usage.total_input(),
+                    turn.usage.output_tokens,
+                    CONTEXT_TOKENS.saturating_sub(reply_tokens)
+                ),
+            });
+        }
         match reply::files_from_turn(&turn, &sources) {
             Ok(files) => {
                 replies.push((number, files.clone()));
