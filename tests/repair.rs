@@ -432,11 +432,16 @@ async fn demo_replay_replays_even_with_a_model_configured() {
 async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() {
     use support::model_server::{ModelServer, Reply, openai_turn};
     let p = project();
+    // llama.cpp answers 500 when the model's own tool call is not valid JSON: that candidate
+    // has no file, and the next one is asked for.
+    let llama_500 = json!({"error": {"code": 500, "type": "server_error",
+        "message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 90: syntax error while parsing value - invalid string: missing closing quote"}});
     let server = ModelServer::start(vec![
         Reply::ok(openai_turn(
             "",
             &[("write_file", json!({"path": "counter.py", "content": WRONG}))],
         )),
+        Reply::status(500, llama_500),
         Reply::ok(openai_turn(
             "",
             &[("write_file", json!({"path": "counter.py", "content": FIXED}))],
@@ -447,7 +452,7 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
         .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
         .args([
             "--candidates",
-            "2",
+            "3",
             "--max-tokens",
             "1024",
             "--retry-temperature",
@@ -467,7 +472,15 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(p.read("counter.py"), FIXED);
     let reqs = server.requests();
-    assert_eq!(reqs.len(), 2, "{stderr}");
+    assert_eq!(reqs.len(), 3, "not retried: {stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["failed", "unparsable", "passed"]);
     let body = &reqs[0].body;
     assert_eq!(body["tool_choice"], "required");
     let tools: Vec<&str> = body["tools"]

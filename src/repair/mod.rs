@@ -247,6 +247,20 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         out.requests += 1;
         let turn = match turn {
             Ok(t) => t,
+            // The server could not read the model's tool call: this candidate has no file.
+            Err(e @ ModelError::UnparsableReply { .. }) => {
+                record(
+                    CandidateReport {
+                        number,
+                        temperature,
+                        verdict: CandidateVerdict::Unparsable,
+                        files: Vec::new(),
+                        detail: e.to_string(),
+                    },
+                    &mut judged,
+                );
+                continue;
+            }
             Err(e) => {
                 // A failed model request (after its retries) would fail the next one too. It
                 // ends the run only if no candidate passes.
