@@ -431,7 +431,11 @@ async fn demo_replay_replays_even_with_a_model_configured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() {
     use support::model_server::{ModelServer, Reply, openai_turn};
-    let p = project();
+    let p = Project::new(&[
+        ("counter.py", COUNTER),
+        ("test_counter.py", TESTS),
+        ("AGENTS.md", "Words are split on any whitespace.\n"),
+    ]);
     // llama.cpp answers 500 when the model's own tool call is not valid JSON: that candidate
     // has no file, and the next one is asked for.
     let llama_500 = json!({"error": {"code": 500, "type": "server_error",
@@ -502,7 +506,8 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
     );
     let prompt = body["messages"].to_string();
     assert!(
-        prompt.contains("The tests fail now")
+        prompt.contains("Words are split on any whitespace")
+            && prompt.contains("The tests fail now")
             && prompt.contains("### counter.py")
             && prompt.contains("### test_counter.py"),
         "{prompt}"

@@ -177,7 +177,16 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         return out;
     }
     let reply_tokens = settings.model.max_tokens.max(MIN_REPLY_TOKENS);
-    let budget = CONTEXT_TOKENS.saturating_sub(reply_tokens + PROMPT_OVERHEAD_TOKENS) * BYTES_PER_TOKEN;
+    // The project's own notes (AGENTS.md), as the loop's system prompt has them: conventions a
+    // fix must follow ("money is integer cents").
+    let mut system = SYSTEM.to_string();
+    if let Ok(Some(text)) = crate::session::prompt::project_instructions(&session.sandbox).await {
+        system.push_str("\n\n# Instructions from the project (its AGENTS.md)\n\n");
+        system.push_str(text.trim());
+        system.push('\n');
+    }
+    let budget = (CONTEXT_TOKENS.saturating_sub(reply_tokens + PROMPT_OVERHEAD_TOKENS) * BYTES_PER_TOKEN)
+        .saturating_sub(system.len() as u32);
     let loc = localise::localise(&ctx, budget as usize).await;
     if loc.tests_pass {
         out.tests_pass = true;
@@ -205,7 +214,7 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         }
     };
     let request = Request {
-        system: SYSTEM.into(),
+        system,
         messages: vec![Message::user_text(prompt(task, &loc))],
         tools: ToolRegistry::write_only().specs(&session.tool_settings),
         tool_choice: ToolChoice::Required,
