@@ -515,3 +515,32 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
     // The prompt's size, measured by the model's own count, is said.
     assert!(stderr.contains("repair: the prompt took 100 tokens"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_that_write_outside_the_project_are_discarded_and_counted() {
+    let p = project();
+    // A link the project holds, to a directory outside it: resolved in the sandbox, refused.
+    std::os::unix::fs::symlink("/tmp", p.file("out")).unwrap();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("../escape.py", "x = 1\n")]),
+            candidate(&[write("out/planted.py", "x = 1\n")]),
+            candidate(&[write("counter.py", FIXED)]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "3",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["outside", "outside", "passed"], "{}", out.stdout);
+    assert!(!p.path().parent().unwrap().join("escape.py").exists());
+    assert!(!std::path::Path::new("/tmp/planted.py").exists());
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
