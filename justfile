@@ -57,5 +57,5 @@ test-llm: image
     {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \
         --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 \
         --strategy "${AGENTBOX_STRATEGIES:-loop,repair,auto}" \
-        --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force || true
+        --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force >/dev/null || true
     cat eval-results/local-model/summary.md
