@@ -16,9 +16,11 @@ image profile="release":
     cargo build --locked {{ if profile == "release" { "--release" } else { "" } }}
     scripts/ensure-image target/{{ if profile == "release" { "release" } else { "debug" } }}/agentbox
 
-# The main job: the agent fixes the bundled example (a live model with an API key, else a replay).
-demo: image
-    {{bin}} demo
+# The main job: the agent fixes the bundled example. With an API key, that model; without one,
+# the local model, set up and served on first use (scripts/demo); `just demo --replay` replays
+# a recorded script instead (CI, or a machine that cannot take the 1.1 GB download).
+demo *args: image
+    scripts/demo {{bin}} {{args}}
 
 # Every test: unit, and integration against the real Docker daemon and image (the MCP tests'
 # client, the official MCP Python SDK, goes into a venv under target/ on first use).
@@ -48,11 +50,14 @@ local-model:
     scripts/local-model
     scripts/serve-local-model
 
-# A real model fixes the example tasks in the sandbox (needs `just local-model`); prints the table.
-# One attempt per task by default (3 to 30 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is
-# the --small-model preset's full retry budget, up to three times as long.
+# A real model fixes the example tasks in the sandbox (needs `just local-model`), with each
+# strategy (the loop with write_file; repair; auto), and prints one table: fixed, seconds and
+# tokens per task. AGENTBOX_STRATEGIES picks fewer (e.g. "repair"). One loop attempt per task
+# by default (3 to 30 minutes a task on 2 cores); AGENTBOX_ATTEMPTS=3 is the --small-model
+# preset's full retry budget, up to three times as long.
 test-llm: image
     {{bin}} eval examples/tasks --provider openai --base-url "${OPENAI_BASE_URL:-http://127.0.0.1:8080/v1}" \
         --model "${AGENTBOX_MODEL:-qwen2.5-coder-1.5b-instruct}" --small-model --max-steps 15 \
-        --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force || true
+        --strategy "${AGENTBOX_STRATEGIES:-loop,repair,auto}" \
+        --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force >/dev/null || true
     cat eval-results/local-model/summary.md

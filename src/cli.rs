@@ -29,7 +29,8 @@ pub enum Command {
     Run(RunArgs),
     /// An interactive session with the model, on one sandbox that lives for the whole session.
     Chat(ChatArgs),
-    /// Run the bundled example: a live model when an API key is set, else a scripted replay.
+    /// Run the bundled example: a live model when one is configured, else (or with --replay) a
+    /// scripted replay.
     Demo(DemoArgs),
     /// Run every task of a directory (isolated, in parallel) and report how many were fixed.
     Eval(EvalArgs),
@@ -356,11 +357,59 @@ pub struct AgentArgs {
     #[arg(long, value_name = "T", default_value_t = 0.7)]
     pub retry_temperature: f32,
 
+    /// Which edit tools the model gets: `exact` (edit_file), `whole` (write_file: the whole
+    /// file), or `both` [default: exact; whole with --small-model].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub edit_format: Option<crate::tools::EditFormat>,
+
+    /// How the task is worked on: `loop` (the agent loop), `repair` (whole corrected files
+    /// asked for in one reply, several candidates, each tested in its own sandbox), `auto`
+    /// (repair, then the loop on what is left) [default: loop; auto with --small-model].
+    /// Not for `chat`. `eval` takes several, comma-separated: each runs over every task, and
+    /// the summary puts them side by side.
+    #[arg(long, value_enum, value_name = "STRATEGY", value_delimiter = ',')]
+    pub strategy: Vec<Strategy>,
+
+    /// With --strategy repair or auto: candidate fixes asked for (the first at temperature 0,
+    /// the others at --retry-temperature).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub candidates: u32,
+
+    /// With --strategy repair or auto: candidate sandboxes tested at once (in eval, per task:
+    /// up to --jobs times this many candidate sandboxes exist at once).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub candidate_jobs: u32,
+
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
-    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3
-    /// (each can still be set otherwise).
+    /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3,
+    /// --edit-format whole, --strategy auto (each can still be set otherwise).
     #[arg(long)]
     pub small_model: bool,
+}
+
+/// How a task is worked on (`--strategy`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// The agent loop: the model calls tools step by step.
+    #[default]
+    Loop,
+    /// Localise, ask for whole corrected files, test each candidate in its own sandbox.
+    Repair,
+    /// Repair first; the agent loop on what it leaves unfixed.
+    Auto,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Loop => "loop",
+            Strategy::Repair => "repair",
+            Strategy::Auto => "auto",
+        }
+    }
 }
 
 /// Settings of one session watched by a person: `run`, `chat` and `demo` (not `eval`, which
@@ -439,10 +488,19 @@ pub struct DemoArgs {
     /// Put the example's copy here (kept afterwards) instead of a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+
+    /// Replay the recorded script of model turns even when a model is configured (CI, or a
+    /// machine that cannot take the local model's download).
+    #[arg(long)]
+    pub replay: bool,
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct EvalArgs {
+    #[command(subcommand)]
+    pub command: Option<EvalCommand>,
+
     #[command(flatten)]
     pub agent: AgentArgs,
 
@@ -469,7 +527,21 @@ pub struct EvalArgs {
     pub tasks: Vec<String>,
 
     /// A directory of tasks: each subdirectory holds a project and its TASK.md.
-    pub tasks_dir: PathBuf,
+    #[arg(required = true)]
+    pub tasks_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Result directories side by side: per task fixed, seconds and tokens; then the totals.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Result directories of `agentbox eval` (each with its results.jsonl), two or more.
+    #[arg(required = true, num_args = 2..)]
+    pub dirs: Vec<PathBuf>,
 }
 
 impl Command {

@@ -394,6 +394,18 @@ pub struct AgentSettings {
     pub approve: bool,
     /// The harness aids for small models (see `--small-model`).
     pub aids: Aids,
+    pub edit_format: crate::tools::EditFormat,
+    pub strategy: crate::cli::Strategy,
+    /// Every `--strategy` given (`eval` runs each); `strategy` is the first.
+    pub strategies: Vec<crate::cli::Strategy>,
+    pub repair: RepairSettings,
+}
+
+/// `--strategy repair` and `auto`: how many candidates, how many tested at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RepairSettings {
+    pub candidates: u32,
+    pub candidate_jobs: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -424,6 +436,11 @@ impl Default for Aids {
 impl AgentSettings {
     /// For a session a person watches (`run`, `chat`, `demo`).
     pub fn from_args(args: &AgentArgs, session: &crate::cli::SessionArgs) -> Result<Self, UsageError> {
+        if args.strategy.len() > 1 {
+            return Err(UsageError(
+                "--strategy: one strategy here (only eval runs several)".into(),
+            ));
+        }
         let mut settings = Self::resolve(args, false)?;
         settings.trajectory = session.trajectory.clone();
         settings.approve = session.approve;
@@ -458,6 +475,21 @@ impl AgentSettings {
             shell: !args.no_shell,
             trajectory: None,
             approve: false,
+            edit_format: args.edit_format.unwrap_or(if small {
+                crate::tools::EditFormat::Whole
+            } else {
+                crate::tools::EditFormat::Exact
+            }),
+            strategy: args.strategy.first().copied().unwrap_or(if small {
+                crate::cli::Strategy::Auto
+            } else {
+                crate::cli::Strategy::Loop
+            }),
+            strategies: args.strategy.clone(),
+            repair: RepairSettings {
+                candidates: args.candidates,
+                candidate_jobs: args.candidate_jobs,
+            },
             aids: Aids {
                 prime: args.prime || small,
                 protect_tests: args.protect_tests || small,
@@ -541,6 +573,19 @@ mod tests {
         assert_eq!((small.aids.verify_finish, small.aids.attempts), (2, 3));
         assert_eq!(small.aids.resample_repeats, 0);
         assert_eq!((plain.model.max_tokens, small.model.max_tokens), (8192, 1024));
+        assert_eq!(
+            (plain.edit_format, plain.strategy),
+            (crate::tools::EditFormat::Exact, crate::cli::Strategy::Loop)
+        );
+        assert_eq!(
+            (small.edit_format, small.strategy),
+            (crate::tools::EditFormat::Whole, crate::cli::Strategy::Auto)
+        );
+        let chosen = run_settings(&["--small-model", "--edit-format", "both", "--strategy", "repair"]);
+        assert_eq!(
+            (chosen.edit_format, chosen.strategy),
+            (crate::tools::EditFormat::Both, crate::cli::Strategy::Repair)
+        );
         let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
         assert_eq!(tuned.aids.attempts, 1);
         assert_eq!(tuned.model.temperature, Some(0.2));

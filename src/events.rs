@@ -68,6 +68,10 @@ pub enum Event<'a> {
     Verifying {
         command: String,
     },
+    /// A repair candidate was judged in its own sandbox (`--strategy repair`, `auto`).
+    Candidate {
+        candidate: &'a crate::report::CandidateReport,
+    },
     Finished {
         report: &'a Report,
     },
@@ -290,6 +294,25 @@ impl EventSink for Printer {
             Event::Verifying { command } => {
                 let _ = writeln!(out, "agentbox: verifying: running `{command}` in the sandbox");
                 spin = Some("running the tests".into());
+            }
+            Event::Candidate { candidate: c } => {
+                let _ = writeln!(
+                    out,
+                    "agentbox: candidate {} (temperature {}): {}{}",
+                    c.number,
+                    c.temperature,
+                    c.verdict.as_str(),
+                    if c.files.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [{}]", c.files.join(", "))
+                    }
+                );
+                if c.verdict != crate::report::CandidateVerdict::Passed
+                    && let Some(line) = c.detail.lines().rev().find(|l| !l.trim().is_empty())
+                {
+                    let _ = writeln!(out, "  → {}", one_line(line, 160));
+                }
             }
             Event::Finished { .. } => {}
         }

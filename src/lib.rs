@@ -18,6 +18,7 @@ pub mod isolate;
 pub mod mcp;
 pub mod model;
 pub mod project;
+pub mod repair;
 pub mod report;
 pub mod sandbox;
 pub mod session;

@@ -22,6 +22,9 @@ pub enum Outcome {
     Finished,
     /// `--max-steps` was reached first.
     StepLimit,
+    /// The attempt ended early: the model repeated the same call with nothing changed, turn
+    /// after turn (see the repeat guard, `--no-repeat`).
+    Repeating,
     /// A fatal error: the model API, or the sandbox.
     Error,
 }
@@ -172,6 +175,61 @@ pub struct Report {
     /// `--apply`: the paths written and deleted on the host, or why nothing was.
     pub applied: Option<Vec<String>>,
     pub apply_error: Option<String>,
+    /// `--strategy` when it is not the loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// `--strategy repair`/`auto`: every candidate and its verdict (the patch is the winner's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<CandidateReport>,
+}
+
+/// One repair candidate: what it wrote and what became of it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CandidateReport {
+    /// 1 for the first (temperature 0); the winner is the lowest-numbered that passed.
+    pub number: u32,
+    pub temperature: f32,
+    pub verdict: CandidateVerdict,
+    pub files: Vec<String>,
+    /// Why it was discarded, or the end of its failing test output.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateVerdict {
+    /// Every test command passed in its own sandbox, no test changed.
+    Passed,
+    /// Its tests failed.
+    Failed,
+    /// Discarded: it wrote a test file or test code.
+    ChangesTests,
+    /// Discarded: no file could be read from the reply.
+    Unparsable,
+    /// Discarded: it wrote a path outside the project (or an invalid one).
+    Outside,
+    /// Its sandbox or the model failed.
+    Error,
+}
+
+impl CandidateVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateVerdict::Passed => "passed",
+            CandidateVerdict::Failed => "failed",
+            CandidateVerdict::ChangesTests => "discarded: changes the tests",
+            CandidateVerdict::Unparsable => "discarded: no usable file",
+            CandidateVerdict::Outside => "discarded: a path outside the project",
+            CandidateVerdict::Error => "error",
+        }
+    }
+
+    pub fn discarded(self) -> bool {
+        matches!(
+            self,
+            CandidateVerdict::ChangesTests | CandidateVerdict::Unparsable | CandidateVerdict::Outside
+        )
+    }
 }
 
 impl Outcome {
@@ -180,6 +238,7 @@ impl Outcome {
         match self {
             Outcome::Finished => "finished",
             Outcome::StepLimit => "step_limit",
+            Outcome::Repeating => "repeating",
             Outcome::Error => "error",
         }
     }
@@ -195,7 +254,7 @@ impl Report {
     pub fn exit_code_for(outcome: &Outcome, tests: &TestVerdict) -> u8 {
         match outcome {
             Outcome::Error => exit::ERROR,
-            Outcome::StepLimit => exit::STEP_LIMIT,
+            Outcome::StepLimit | Outcome::Repeating => exit::STEP_LIMIT,
             Outcome::Finished => match tests.passed {
                 Some(false) => exit::TESTS_FAIL,
                 // No test command: finishing is all there is to judge.
@@ -241,6 +300,7 @@ impl Report {
         let outcome = match self.outcome {
             Outcome::Finished => "finished",
             Outcome::StepLimit => "stopped at the step limit",
+            Outcome::Repeating => "stopped early: the model only repeated itself",
             Outcome::Error => "stopped by an error",
         };
         let attempts = if self.attempts > 1 {
@@ -259,6 +319,22 @@ impl Report {
             s.push_str(&format!("WARNING:  {w}\n"));
         }
         s.push_str(&format!("image:    {} ({})\n", self.image, self.image_reason));
+        if let Some(strategy) = &self.strategy {
+            s.push_str(&format!("strategy: {strategy}\n"));
+        }
+        for c in &self.candidates {
+            s.push_str(&format!(
+                "  candidate {} (T={}): {}{}\n",
+                c.number,
+                c.temperature,
+                c.verdict.as_str(),
+                if c.files.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", c.files.join(", "))
+                }
+            ));
+        }
         s.push_str(&self.render_tests());
         let tokens = format!(
             "in {} ({} cached), out {}",
@@ -461,6 +537,8 @@ mod tests {
             patch_file: None,
             applied: None,
             apply_error: None,
+            strategy: None,
+            candidates: Vec::new(),
         }
     }
 

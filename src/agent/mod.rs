@@ -80,6 +80,9 @@ pub enum Stop {
     /// The model's final answer (its text, or the `finish` tool's summary).
     Answered(String),
     StepLimit,
+    /// The repeat guard fired in two turns in a row: the model only repeats itself, and more
+    /// steps would only repeat it again. The attempt ends early (a fresh attempt may do better).
+    Repeating,
     Fatal(Fatal),
 }
 
@@ -111,8 +114,15 @@ struct LoopState {
     verify_left: u32,
     /// Calls made since the project last changed: (name, arguments) → the step and result.
     seen: HashMap<(String, String), (u32, String)>,
+    /// Calls of the current turn the repeat guard refused.
+    refused_this_turn: u32,
+    /// Turns in a row in which the repeat guard refused a call.
+    refused_turns: u32,
     usage: Usage,
 }
+
+/// Turns in a row with a refused repeat after which the attempt ends ([`Stop::Repeating`]).
+const MAX_REPEATING_TURNS: u32 = 2;
 
 /// The model's next turn, as the loop sees it.
 enum Next {
@@ -130,6 +140,8 @@ impl Agent<'_> {
         let mut state = LoopState {
             verify_left: self.config.verify_finish,
             seen: HashMap::new(),
+            refused_this_turn: 0,
+            refused_turns: 0,
             usage: Usage::default(),
         };
         let end = |stop, steps, state: LoopState| LoopResult {
@@ -174,6 +186,7 @@ impl Agent<'_> {
                 return end(Stop::Answered(turn.text()), step, state);
             }
 
+            state.refused_this_turn = 0;
             let (results, stop) = self.run_calls(step, &calls, &mut state).await;
             messages.push(Message {
                 role: Role::User,
@@ -181,6 +194,22 @@ impl Agent<'_> {
             });
             if let Some(stop) = stop {
                 return end(stop, step, state);
+            }
+            // Answering "not run" again changes nothing for a model that repeats itself: it
+            // repeats the same call until its steps run out (measured: 45 steps a task).
+            if state.refused_this_turn > 0 {
+                state.refused_turns += 1;
+            } else {
+                state.refused_turns = 0;
+            }
+            if state.refused_turns >= MAX_REPEATING_TURNS {
+                self.events.emit(&Event::Note {
+                    message: format!(
+                        "the model repeated a call with nothing changed in {MAX_REPEATING_TURNS} turns in a \
+                         row: ending this attempt"
+                    ),
+                });
+                return end(Stop::Repeating, step, state);
             }
         }
         end(Stop::StepLimit, self.config.max_steps, state)
@@ -319,6 +348,9 @@ impl Agent<'_> {
             None
         };
         let was_repeat = repeated.is_some();
+        if was_repeat {
+            state.refused_this_turn += 1;
+        }
         let mut done = match repeated {
             Some((at, before)) => Dispatched::Error(format!(
                 "not run: you made this exact call at step {at} and nothing has changed since, so the \
@@ -339,7 +371,7 @@ impl Agent<'_> {
         }
         if self.config.repeat_guard && !was_repeat {
             // A successful edit or command may have changed anything: forget what was seen.
-            if matches!(call.name.as_str(), "edit_file" | "bash") && !done.is_error() {
+            if matches!(call.name.as_str(), "edit_file" | "write_file" | "bash") && !done.is_error() {
                 state.seen.clear();
             } else {
                 state.seen.insert(key, (step, done.content().into_owned()));

@@ -294,6 +294,44 @@ async fn the_repeat_guard_answers_a_repeat_until_something_changes() {
 }
 
 #[tokio::test]
+async fn a_model_that_only_repeats_ends_its_attempt_early_not_after_all_its_steps() {
+    let config = AgentConfig {
+        repeat_guard: true,
+        max_steps: 15,
+        ..Default::default()
+    };
+    let same = json!({"tool_calls": [run_tests()]});
+    let turns = json!([same, same, same, same, same, same, same, same, same, same]);
+    let out = run_loop(turns, config, passing()).await;
+    assert!(
+        matches!(out.result.stop, Stop::Repeating),
+        "{:?}",
+        out.result.stop
+    );
+    assert_eq!(out.result.steps, 3, "one real call, then two refused repeats");
+    assert_eq!(out.ran, ["the tests"]);
+
+    // A refused repeat followed by something new is not a streak.
+    let config = AgentConfig {
+        repeat_guard: true,
+        ..Default::default()
+    };
+    let turns = json!([
+        {"tool_calls": [run_tests()]},
+        {"tool_calls": [run_tests()]},
+        {"tool_calls": [bash("something new")]},
+        {"tool_calls": [bash("something new")]},
+        {"text": "done"}
+    ]);
+    let out = run_loop(turns, config, passing()).await;
+    assert!(
+        matches!(out.result.stop, Stop::Answered(_)),
+        "{:?}",
+        out.result.stop
+    );
+}
+
+#[tokio::test]
 async fn a_reply_of_only_repeats_is_resampled_hotter_and_not_counted_as_a_step() {
     let config = AgentConfig {
         repeat_guard: true,

@@ -133,6 +133,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         };
         match result.stop {
             Stop::Answered(text) => outln!("\nagent> {}\n", for_terminal(text.trim())),
+            Stop::Repeating => errln!("agentbox: stopped early: the model only repeated itself"),
             Stop::StepLimit => {
                 errln!(
                     "agentbox: stopped at the step limit ({} steps) for this request",

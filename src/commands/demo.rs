@@ -29,15 +29,22 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         .prefix("demo-script-")
         .suffix(".json")
         .tempfile()?;
-    let replay = model.provider.is_none() && model.script.is_none() && !keys;
+    let replay = args.replay || (model.provider.is_none() && model.script.is_none() && !keys);
     if replay {
         std::fs::write(script_file.path(), SCRIPT)?;
         model.provider = Some(Provider::Scripted);
         model.script = Some(script_file.path().to_path_buf());
+        // The recording is of the loop with exact edits: replayed as it was made.
+        args.agent.strategy = vec![crate::cli::Strategy::Loop];
+        args.agent.edit_format = Some(crate::tools::EditFormat::Exact);
+        let why = if args.replay {
+            "--replay was given"
+        } else {
+            "no model is configured (ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENAI_BASE_URL)"
+        };
         errln!(
-            "agentbox demo: no API key is set (ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENAI_BASE_URL), so this \
-             is a SCRIPTED REPLAY of a model's turns, not a live model. The sandbox, the tools, the diff \
-             and the final test run are all real.\n"
+            "agentbox demo: {why}, so this is a SCRIPTED REPLAY of a model's turns, not a live model. \
+             The sandbox, the tools, the diff and the final test run are all real.\n"
         );
     }
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
@@ -65,7 +72,8 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     print_report(&report, args.json, settings.model.secrets())?;
     if replay {
         errln!(
-            "\nagentbox demo: that was a scripted replay. Set ANTHROPIC_API_KEY (or OPENAI_API_KEY) to watch a live model."
+            "\nagentbox demo: that was a scripted replay. `just demo` without --replay sets up a local model \
+             and lets it work for real; or set ANTHROPIC_API_KEY (or OPENAI_API_KEY) to watch a hosted one."
         );
     }
     if args.dir.is_some() {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cli::EvalArgs;
+use crate::cli::{CompareArgs, EvalArgs, EvalCommand};
 use crate::config::{AgentSettings, UsageError};
 use crate::eval::{self, OutDir, ResultLog, TaskResult};
 use crate::events::{StatusLine, for_terminal};
@@ -76,9 +76,15 @@ impl Drop for Running {
 }
 
 pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
+    if let Some(EvalCommand::Compare(c)) = &args.command {
+        return compare(c);
+    }
+    let Some(tasks_dir) = args.tasks_dir.clone() else {
+        return Err(UsageError("eval needs a TASKS_DIR".into()).into());
+    };
     let mut base = AgentSettings::resolve(&args.agent, true)?;
     base.sandbox.cleanup = cleanup;
-    let mut tasks = eval::discover(&args.tasks_dir)?;
+    let mut tasks = eval::discover(&tasks_dir)?;
     if !args.tasks.is_empty() {
         let unknown: Vec<&String> = args
             .tasks
@@ -94,18 +100,81 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         }
         tasks.retain(|t| args.tasks.contains(&t.name));
     }
-    let title = args
-        .tasks_dir
+    let title = tasks_dir
         .canonicalize()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "tasks".into());
-    let out = OutDir {
-        root: args
-            .out
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from("eval-results").join(&title)),
-    };
+    let root = args
+        .out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("eval-results").join(&title));
+    if base.strategies.len() <= 1 {
+        return run_strategy(&args, &tasks_dir, base, &tasks, &title, OutDir { root }).await;
+    }
+    // Each strategy over every task, into its own directory; then one table of them all.
+    let mut code = 0;
+    let mut sides = Vec::new();
+    for strategy in base.strategies.clone() {
+        let mut settings = base.clone();
+        settings.strategy = strategy;
+        let out = OutDir {
+            root: root.join(strategy.as_str()),
+        };
+        errln!("agentbox eval: --strategy {}", strategy.as_str());
+        code = code.max(run_strategy(&args, &tasks_dir, settings, &tasks, &title, out).await?);
+        let loaded = eval::load_results(&root.join(strategy.as_str()).join("results.jsonl"));
+        sides.push(eval::compare::Side {
+            label: strategy.as_str().to_string(),
+            results: tasks
+                .iter()
+                .filter_map(|t| loaded.get(&t.name).cloned())
+                .collect(),
+        });
+    }
+    let table = eval::compare::table(&sides);
+    std::fs::write(
+        root.join("summary.md"),
+        format!(
+            "# agentbox eval: {}, by strategy\n\nEach cell: fixed or not, wall seconds, tokens (in + out). \
+             Each strategy's own summary and report are in its directory.\n\n{table}",
+            eval::markdown::inline(&title)
+        ),
+    )?;
+    outln!("\n{table}\nsummary: {}", root.join("summary.md").display());
+    Ok(code)
+}
+
+/// `agentbox eval compare DIR...`: the table, on stdout.
+fn compare(args: &CompareArgs) -> anyhow::Result<u8> {
+    let mut sides = Vec::new();
+    for dir in &args.dirs {
+        let label = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| dir.display().to_string());
+        let Some(side) = eval::compare::load(dir, &label) else {
+            return Err(UsageError(format!(
+                "{}: no results (it should hold the results.jsonl of an eval)",
+                dir.display()
+            ))
+            .into());
+        };
+        sides.push(side);
+    }
+    out!("{}", for_terminal(&eval::compare::table(&sides)));
+    Ok(0)
+}
+
+/// One eval of `tasks` with `base` (its strategy), results in `out`.
+async fn run_strategy(
+    args: &EvalArgs,
+    tasks_dir: &std::path::Path,
+    base: AgentSettings,
+    tasks: &[eval::Task],
+    title: &str,
+    out: OutDir,
+) -> anyhow::Result<u8> {
     out.create()?;
 
     // Resume: tasks with a result are done unless --force.
@@ -141,7 +210,7 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",
         tasks.len(),
-        args.tasks_dir.display(),
+        tasks_dir.display(),
         tasks.len() - todo.len(),
         if args.force { " (--force: all again)" } else { "" },
         jobs,
@@ -231,11 +300,11 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         .unwrap_or_default();
     std::fs::write(
         out.root.join("summary.md"),
-        eval::markdown::summary(&title, &all, &totals),
+        eval::markdown::summary(title, &all, &totals),
     )?;
     std::fs::write(
         out.root.join("report.html"),
-        eval::html::report(&title, &model, &all, &totals, &out),
+        eval::html::report(title, &model, &all, &totals, &out),
     )?;
     outln!(
         "{} of {} fixed ({} with changed tests, {} errors); median {:.1}s per task; this run: {} task(s) in {:.1}s",

@@ -35,11 +35,28 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
 
 /// Open a session on `project`, let the model work on `task`, check, report, clean up.
 pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> anyhow::Result<Report> {
+    let mut settings = settings.clone();
+    if settings.isolate.is_none() && settings.strategy != crate::cli::Strategy::Loop {
+        // Candidates are tested in copies of the project; the winner reaches a bind-mounted
+        // project the way `--isolate --apply` brings changes back (all or nothing, refusing
+        // anything that would touch what git runs), not through a bind mount.
+        settings.isolate = Some(IsolateSettings {
+            exclude: Vec::new(),
+            patch: None,
+            write_patch: false,
+            apply: true,
+        });
+    }
+    let settings = &settings;
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
-    let (result, attempts) = session.work(task).await;
-    let mut report = session.report(&result).await;
-    report.attempts = attempts;
+    let work = crate::repair::work(&session, settings, project, task).await;
+    let mut report = session.report(&work.result).await;
+    report.attempts = work.attempts;
+    if settings.strategy != crate::cli::Strategy::Loop {
+        report.strategy = Some(settings.strategy.as_str().to_string());
+    }
+    report.candidates = work.candidates;
     // Its failure is already in the report (a warning, or the apply error).
     let _ = session.finish_isolated(&mut report).await;
     if let Some(check) = session.close().await {

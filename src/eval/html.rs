@@ -208,6 +208,21 @@ fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
         @if let Some(summary) = &r.summary {
             p.muted { "model's summary: " (clip(summary, 600)) }
         }
+        @if !r.candidates.is_empty() {
+            details {
+                summary { "strategy " (r.strategy.as_str()) ": " (r.candidates.len()) " candidate(s)" }
+                ul {
+                    @for c in &r.candidates {
+                        li {
+                            "candidate " (c.number) " (temperature " (c.temperature) "): "
+                            b { (c.verdict.as_str()) }
+                            @if !c.files.is_empty() { " · " code { (c.files.join(", ")) } }
+                            @if !c.detail.is_empty() { pre.tests { (clip(&c.detail, 1500)) } }
+                        }
+                    }
+                }
+            }
+        }
         details {
             summary { "diff (" (changed) ")" }
             @if diff.is_empty() {
@@ -427,6 +442,13 @@ mod tests {
             summary: Some(hostile("summary")),
             test_command: Some(hostile("test-command")),
             test_output: hostile("test-output"),
+            candidates: vec![crate::report::CandidateReport {
+                number: 1,
+                temperature: 0.0,
+                verdict: crate::report::CandidateVerdict::Failed,
+                files: vec![hostile("candidate-file")],
+                detail: hostile("candidate-detail"),
+            }],
             ..TaskResult::for_test(&task)
         };
         let results = [result];
@@ -453,6 +475,8 @@ mod tests {
             "tool-output",
             "verify-command",
             "test-command",
+            "candidate-file",
+            "candidate-detail",
             "test-output",
         ];
         for field in fields {
@@ -473,8 +497,9 @@ mod tests {
         for tag in ["<script", "<img", "<b onmouseover"] {
             assert!(!page.contains(tag), "{tag}");
         }
-        assert_eq!(page.matches("<details>").count(), 3);
-        assert_eq!(page.matches("</details>").count(), 3);
+        // Diff, test run, trajectory, and the candidates.
+        assert_eq!(page.matches("<details>").count(), 4);
+        assert_eq!(page.matches("</details>").count(), 4);
         assert_eq!(page.matches("<pre").count(), page.matches("</pre>").count());
         assert_eq!(page.matches("<code").count(), page.matches("</code>").count());
     }

@@ -9,7 +9,7 @@ use super::{TaskResult, Totals};
 
 /// `s` as inline Markdown text: the characters that could start markup (emphasis, links,
 /// HTML, code, table cells) backslash-escaped, line breaks flattened to spaces.
-fn inline(s: &str) -> String {
+pub(crate) fn inline(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -57,6 +57,19 @@ fn task_section(r: &TaskResult) -> String {
     if r.tests_changed {
         s.push_str("- a test file was changed: not counted as fixed\n");
     }
+    for c in &r.candidates {
+        s.push_str(&format!(
+            "- candidate {} (temperature {}): {}{}\n",
+            c.number,
+            c.temperature,
+            c.verdict.as_str(),
+            if c.files.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", inline(&c.files.join(", ")))
+            }
+        ));
+    }
     s.push_str(&format!("- final test run: {}", r.test_verdict()));
     if let Some(cmd) = &r.test_command {
         s.push_str(&format!(", {}", code_span(cmd)));
@@ -101,6 +114,11 @@ pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
         "- tokens: {} in, {} out\n",
         t.input_tokens, t.output_tokens
     ));
+    let mut strategies: Vec<&str> = results.iter().map(|r| r.strategy.as_str()).collect();
+    strategies.dedup();
+    if let [one] = strategies.as_slice() {
+        s.push_str(&format!("- strategy: {one}\n"));
+    }
     if let Some(c) = t.cost_usd {
         s.push_str(&format!("- estimated cost: ${c:.4}\n"));
     }

@@ -11,6 +11,7 @@
 //! test_files = ["spec/**"]              # test files besides the usual names
 //! ```
 
+pub mod compare;
 pub mod html;
 pub mod markdown;
 
@@ -141,6 +142,12 @@ pub struct TaskResult {
     /// The end of that run's output, at most [`TEST_OUTPUT_MAX`] bytes.
     #[serde(default)]
     pub test_output: String,
+    /// `--strategy` (results from before strategies existed: the loop).
+    #[serde(default)]
+    pub strategy: crate::cli::Strategy,
+    /// `--strategy repair`/`auto`: every candidate and its verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<crate::report::CandidateReport>,
 }
 
 /// How much of the final test run's output a result keeps: the end, where test runners put
@@ -172,6 +179,8 @@ impl TaskResult {
             test_command: Some("pytest -q".into()),
             test_exit_code: Some(1),
             test_output: "1 failed".into(),
+            strategy: Default::default(),
+            candidates: Vec::new(),
         }
     }
 }
@@ -182,6 +191,7 @@ impl TaskResult {
         match self.exit_reason {
             Outcome::Finished => "the model finished",
             Outcome::StepLimit => "the step limit was reached",
+            Outcome::Repeating => "the model only repeated itself (ended early)",
             Outcome::Error => "an error stopped it",
         }
     }
@@ -315,6 +325,8 @@ pub async fn run_task_when<G>(
         test_command: None,
         test_exit_code: None,
         test_output: String::new(),
+        strategy: settings.strategy,
+        candidates: Vec::new(),
     };
     let writer = match TrajectoryWriter::create(
         &out.trajectory(&task.name),
@@ -328,6 +340,9 @@ pub async fn run_task_when<G>(
         Ok(s) => s,
         Err(e) => return fail(format!("{e:#}")),
     };
+    // The task's own test files are tests too: for --protect-tests, and for repair, whose
+    // candidates must leave them as they are.
+    session.tool_settings.test_patterns = task.toml.test_files.clone();
     let prepared_in = started.elapsed();
     let _slot = turn.await;
     // The task's clock counts its preparation and its own run, not the wait in between.
@@ -336,9 +351,10 @@ pub async fn run_task_when<G>(
         .unwrap_or_else(Instant::now);
     started_at = now_secs() - prepared_in.as_secs_f64();
     session.restart_clock(prepared_in);
-    let (result, attempts) = session.work(&task.instruction).await;
-    let mut report = session.report(&result).await;
-    report.attempts = attempts;
+    let work = crate::repair::work(&session, &settings, &task.dir, &task.instruction).await;
+    let mut report = session.report(&work.result).await;
+    report.attempts = work.attempts;
+    report.candidates = work.candidates;
     // What changed, as the host tells it (the sandbox cannot hide a rewritten test).
     let changes = session.finish_isolated(&mut report).await;
     events.emit(&crate::events::Event::Finished { report: &report });
@@ -384,6 +400,8 @@ pub async fn run_task_when<G>(
         test_command: report.tests.command_line(),
         test_exit_code: report.tests.exit_code(),
         test_output: tail(&report.tests.failure_output_or_last(), TEST_OUTPUT_MAX),
+        strategy: settings.strategy,
+        candidates: report.candidates,
     }
 }
 

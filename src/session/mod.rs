@@ -152,6 +152,7 @@ impl Session {
         let (outcome, summary, error) = match &result.stop {
             Stop::Answered(text) => (Outcome::Finished, Some(text.clone()), None),
             Stop::StepLimit => (Outcome::StepLimit, None, None),
+            Stop::Repeating => (Outcome::Repeating, None, None),
             Stop::Fatal(e) => (Outcome::Error, None, Some(e.to_string())),
         };
         // After a sandbox failure nothing more can run in it; after a model failure it is
@@ -210,6 +211,8 @@ impl Session {
             patch_file: None,
             applied: None,
             apply_error: None,
+            strategy: None,
+            candidates: Vec::new(),
         }
     }
 

@@ -198,7 +198,7 @@ impl Session {
         let test_commands: Vec<String> = plan.tests.iter().map(|t| t.command.clone()).collect();
         let instructions = prompt::project_instructions(&sandbox).await?;
         let finish = settings.model.tool_choice == ToolChoice::Required;
-        let tools = ToolRegistry::standard(settings.shell, finish);
+        let tools = ToolRegistry::standard(settings.shell, finish).with_edit_format(settings.edit_format);
         let system = prompt::system_prompt(&test_commands, finish, settings.shell, instructions.as_deref());
         let tool_settings = ToolSettings {
             command_timeout: timeout,

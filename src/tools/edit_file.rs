@@ -51,10 +51,7 @@ impl Tool for EditFile {
                 human_bytes(s.max_edit_bytes as u64)
             )));
         }
-        let rel = args
-            .path
-            .trim_start_matches("./")
-            .trim_start_matches("/workspace/");
+        let rel = project_relative(&args.path);
         if s.protect_tests && crate::project::is_test_file(rel, &s.test_patterns) {
             return Err(ToolError::RespondToModel(format!(
                 "{} is a test file, and the tests are the specification: leave them as they are and \
@@ -138,7 +135,17 @@ impl Tool for EditFile {
     }
 }
 
-async fn approve(ctx: &ToolContext<'_>, path: &str, before: &str, after: &str) -> Result<(), ToolError> {
+/// The path as the test-file rules see it: relative to the project root.
+pub(super) fn project_relative(path: &str) -> &str {
+    path.trim_start_matches("./").trim_start_matches("/workspace/")
+}
+
+pub(super) async fn approve(
+    ctx: &ToolContext<'_>,
+    path: &str,
+    before: &str,
+    after: &str,
+) -> Result<(), ToolError> {
     let Some(approver) = ctx.approver else {
         return Ok(());
     };

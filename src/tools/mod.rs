@@ -10,6 +10,7 @@ mod list_files;
 pub mod read_file;
 mod run_tests;
 mod search;
+mod write_file;
 
 use std::time::Duration;
 
@@ -315,6 +316,18 @@ impl Dispatched {
     }
 }
 
+/// Which edit tools the model gets (`--edit-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum EditFormat {
+    /// `edit_file`: exact search and replace.
+    #[default]
+    Exact,
+    /// `write_file`: the whole file (small models copy an exact `old` badly).
+    Whole,
+    /// Both.
+    Both,
+}
+
 pub struct ToolRegistry {
     tools: Vec<Box<dyn Tool>>,
 }
@@ -337,6 +350,28 @@ impl ToolRegistry {
             tools.push(Box::new(finish::Finish));
         }
         ToolRegistry { tools }
+    }
+
+    /// The edit tools `format` asks for: `edit_file`, `write_file` after it, or both.
+    pub fn with_edit_format(mut self, format: EditFormat) -> Self {
+        let at = self.tools.iter().position(|t| t.name() == "edit_file");
+        if matches!(format, EditFormat::Whole | EditFormat::Both) {
+            let i = at.map_or(self.tools.len(), |i| i + 1);
+            self.tools.insert(i, Box::new(write_file::WriteFile));
+        }
+        if format == EditFormat::Whole
+            && let Some(i) = at
+        {
+            self.tools.remove(i);
+        }
+        self
+    }
+
+    /// Only `write_file`: what a repair candidate may call.
+    pub fn write_only() -> Self {
+        ToolRegistry {
+            tools: vec![Box::new(write_file::WriteFile)],
+        }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -441,6 +476,32 @@ mod tests {
                 "search",
                 "run_tests",
                 "finish"
+            ]
+        );
+        assert_eq!(
+            ToolRegistry::standard(false, true)
+                .with_edit_format(EditFormat::Whole)
+                .names(),
+            [
+                "list_files",
+                "read_file",
+                "write_file",
+                "search",
+                "run_tests",
+                "finish"
+            ]
+        );
+        assert_eq!(
+            ToolRegistry::standard(false, false)
+                .with_edit_format(EditFormat::Both)
+                .names(),
+            [
+                "list_files",
+                "read_file",
+                "edit_file",
+                "write_file",
+                "search",
+                "run_tests"
             ]
         );
         let specs = ToolRegistry::standard(true, true).specs(&ToolSettings::default());

@@ -1,0 +1,546 @@
+//! Whole-file edits and the repair strategy, through `agentbox run` with a scripted model and
+//! the real Docker daemon: `write_file`, candidates tested each in its own sandbox (two at
+//! once, nothing left behind, also after Ctrl-C), `auto` handing over to the loop, and the
+//! repeat guard ending an attempt that only repeats.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::scripted::{Run, call, finish, spawn_run};
+use support::*;
+
+const COUNTER: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split(\" \"))\n";
+const FIXED: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split())\n";
+const WRONG: &str = "def count_words(text):\n    \"\"\"Number of whitespace-separated words.\"\"\"\n    return len(text.split(\",\"))\n";
+const TESTS: &str = "from counter import count_words\n\n\ndef test_simple():\n    assert count_words(\"a b c\") == 3\n\n\ndef test_extra_spaces():\n    assert count_words(\"  a   b \") == 2\n";
+
+fn project() -> Project {
+    Project::new(&[("counter.py", COUNTER), ("test_counter.py", TESTS)])
+}
+
+fn write(path: &str, content: &str) -> Value {
+    call("write_file", json!({"path": path, "content": content}))
+}
+
+/// A candidate reply: these `write_file` calls.
+fn candidate(calls: &[Value]) -> Value {
+    json!({ "tool_calls": calls })
+}
+
+async fn run(project: &Project, turns: Value, args: &[&str]) -> Run {
+    finish(spawn_run(project, turns, args, &[])).await
+}
+
+fn report(run: &Run) -> &Value {
+    run.report
+        .as_ref()
+        .unwrap_or_else(|| panic!("no report: {}", run.stderr))
+}
+
+fn verdicts(run: &Run) -> Vec<String> {
+    report(run)["candidates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no candidates: {}", run.stdout))
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_file_replaces_whole_files_keeps_the_mode_shows_a_diff_and_keeps_to_the_rules() {
+    let p = project();
+    std::fs::set_permissions(p.file("counter.py"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("./test_counter.py", "def test_nothing():\n    pass\n")]),
+            candidate(&[write("../outside.py", "x = 1\n")]),
+            candidate(&[write("counter.py", FIXED)]),
+            candidate(&[write("notes/new.py", "y = 2\n")]),
+            {"text": "done"}
+        ]),
+        &["--edit-format", "whole", "--protect-tests"],
+    )
+    .await;
+    let started = out.events.iter().find(|e| e["event"] == "started").unwrap();
+    let tools: Vec<&str> = started["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"write_file") && !tools.contains(&"edit_file"),
+        "{tools:?}"
+    );
+    let (_, test_file, is_error) = out.result(0);
+    assert!(is_error && test_file.contains("is a test file"), "{test_file}");
+    let (_, outside, is_error) = out.result(1);
+    assert!(is_error && outside.contains("outside"), "{outside}");
+    let (_, wrote, is_error) = out.result(2);
+    assert!(!is_error, "{wrote}");
+    assert!(
+        wrote.starts_with("wrote counter.py (3 lines; +1 -1). What changed:")
+            && wrote.contains("-    return len(text.split(\" \"))\n+    return len(text.split())"),
+        "{wrote}"
+    );
+    let (_, created, is_error) = out.result(3);
+    assert!(
+        !is_error && created == "created notes/new.py (1 lines)",
+        "{created}"
+    );
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(p.read("notes/new.py"), "y = 2\n");
+    let mode = std::fs::metadata(p.file("counter.py"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755, "the mode is kept");
+    assert!(!p.path().parent().unwrap().join("outside.py").exists());
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_candidate_fails_the_second_passes_and_only_the_second_is_applied() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", WRONG)]),
+            candidate(&[write("counter.py", FIXED)]),
+            candidate(&[write("counter.py", "never asked for\n")]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "3",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    let r = report(&out);
+    assert_eq!(verdicts(&out)[..2], ["failed", "passed"], "{}", out.stdout);
+    assert_eq!(r["strategy"], "repair");
+    assert_eq!(p.read("counter.py"), FIXED, "{}", out.stderr);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(r["tests"]["passed"], true);
+    assert!(
+        r["summary"].as_str().unwrap().contains("candidate 2 of"),
+        "{}",
+        r["summary"]
+    );
+    // The trajectory shows every candidate and its verdict.
+    let judged: Vec<(u64, String)> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "candidate")
+        .map(|e| {
+            (
+                e["candidate"]["number"].as_u64().unwrap(),
+                e["candidate"]["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(judged.contains(&(1, "failed".into())), "{judged:?}");
+    assert!(judged.contains(&(2, "passed".into())), "{judged:?}");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_edits_a_test_is_discarded_and_counted() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("test_counter.py", "def test_nothing():\n    pass\n"), write("counter.py", WRONG)]),
+            {"text": "Here it is.\n\n### counter.py\n```python\n".to_string() + FIXED + "```\n"},
+        ]),
+        &["--strategy", "repair", "--candidates", "2"],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["changes_tests", "passed"], "{}", out.stdout);
+    assert_eq!(p.read("test_counter.py"), TESTS);
+    assert_eq!(
+        p.read("counter.py"),
+        FIXED,
+        "the fenced block was read: {}",
+        out.stderr
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// A candidate whose module sleeps: its tests run long enough to see the sandboxes.
+fn slow(code: &str) -> String {
+    format!("import time\ntime.sleep(8)\n{code}")
+}
+
+async fn candidate_containers(docker: &bollard::Docker, pid: u32) -> usize {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("agentbox.pid={pid}"), "agentbox.candidate".to_string()],
+    )]);
+    docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().filters(&filters).build(),
+        ))
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_are_tested_in_separate_sandboxes_at_once_and_none_is_left() {
+    let docker = docker().await;
+    let p = project();
+    let spawned = spawn_run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", &slow(WRONG))]),
+            candidate(&[write("counter.py", &slow(FIXED))]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "2",
+        ],
+        &[],
+    );
+    let pid = spawned.pid;
+    let both = eventually(Duration::from_secs(120), || async {
+        candidate_containers(&docker, pid).await >= 2
+    })
+    .await;
+    let out = finish(spawned).await;
+    assert!(
+        both,
+        "two candidate sandboxes were never alive at once: {}",
+        out.stderr
+    );
+    assert_eq!(verdicts(&out), ["failed", "passed"], "{}", out.stdout);
+    assert_eq!(p.read("counter.py"), slow(FIXED));
+    let gone = eventually(Duration::from_secs(30), || async {
+        volumes_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a candidate's volume outlived the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_candidates_are_tested_leaves_nothing() {
+    let docker = docker().await;
+    let p = project();
+    let spawned = spawn_run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", &slow(FIXED))]),
+            candidate(&[write("counter.py", &slow(WRONG))]),
+        ]),
+        &["--strategy", "repair", "--candidates", "2"],
+        &[],
+    );
+    let pid = spawned.pid;
+    let seen = eventually(Duration::from_secs(120), || async {
+        candidate_containers(&docker, pid).await >= 1
+    })
+    .await;
+    assert!(seen, "no candidate sandbox appeared");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = finish(spawned).await;
+    assert_eq!(out.code, Some(130), "{}", out.stderr);
+    let gone = eventually(Duration::from_secs(30), || async {
+        volumes_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a volume outlived the interrupted run");
+    assert_eq!(p.read("counter.py"), COUNTER, "nothing applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_hands_what_repair_left_to_the_loop_with_the_candidates_output() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("counter.py", WRONG)]),
+            candidate(&[write("counter.py", WRONG)]),
+            {"tool_calls": [call("edit_file", json!({"path": "counter.py", "old": "text.split(\" \")", "new": "text.split()"}))]},
+            {"text": "fixed the split"}
+        ]),
+        &["--strategy", "auto", "--candidates", "2"],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["failed", "failed"], "{}", out.stdout);
+    let requests: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .collect();
+    assert_eq!(requests.len(), 4, "{}", out.stderr);
+    let first_of_loop = requests[2]["request"]["messages"][0].to_string();
+    assert!(
+        first_of_loop.contains("Earlier attempts to fix this")
+            && first_of_loop.contains("Candidate 1 changed counter.py")
+            && first_of_loop.contains("assert"),
+        "{first_of_loop}"
+    );
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(report(&out)["strategy"], "auto");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_only_repeats_itself_ends_its_attempt_early_with_its_own_outcome() {
+    let p = project();
+    let read = call("read_file", json!({"path": "counter.py"}));
+    let turns: Vec<Value> = (0..10).map(|_| json!({"tool_calls": [read.clone()]})).collect();
+    let out = run(&p, Value::Array(turns), &["--no-repeat", "--max-steps", "10"]).await;
+    let r = report(&out);
+    assert_eq!(r["outcome"], "repeating", "{}", out.stdout);
+    assert_eq!(r["steps"], 3);
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_each_strategy_puts_them_side_by_side_and_compares_two_result_directories() {
+    let script = json!({"turns": [candidate(&[write("counter.py", FIXED)]), {"text": "done"}]}).to_string();
+    let tasks = Project::new(&[
+        ("words/counter.py", COUNTER),
+        ("words/test_counter.py", TESTS),
+        ("words/TASK.md", "The tests fail. Fix the code.\n"),
+        ("words/script.json", &script),
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args([
+            "eval",
+            "--provider",
+            "scripted",
+            "--edit-format",
+            "both",
+            "--jobs",
+            "1",
+        ])
+        .args(["--strategy", "loop,repair", "--out"])
+        .arg(out.path())
+        .arg(tasks.path())
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let o = child.wait_with_output().await.unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    for strategy in ["loop", "repair"] {
+        let line = std::fs::read_to_string(out.path().join(strategy).join("results.jsonl")).unwrap();
+        let r: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
+        assert_eq!(r["strategy"], strategy);
+        assert_eq!(r["fixed"], true, "{strategy}: {r}");
+    }
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    assert!(summary.contains("| task | loop | repair |"), "{summary}");
+    assert!(summary.contains("| **fixed** | 1/1 | 1/1 |"), "{summary}");
+    assert_eq!(
+        tasks.read("words/counter.py"),
+        COUNTER,
+        "the tasks are never written"
+    );
+
+    let compared = support::run(
+        agentbox()
+            .args(["eval", "compare"])
+            .arg(out.path().join("loop"))
+            .arg(out.path().join("repair")),
+    );
+    let table = text(&compared.stdout);
+    assert_eq!(compared.status.code(), Some(0), "{}", text(&compared.stderr));
+    assert!(table.starts_with("| task | loop | repair |"), "{table}");
+    assert!(table.contains("| words | fixed · "), "{table}");
+    assert!(table.contains("| **tokens per task** |"), "{table}");
+
+    let docker = docker().await;
+    assert_eq!(containers_of_pid(&docker, pid).await, 0);
+    assert_eq!(volumes_of_pid(&docker, pid).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_text_protocol_a_whole_file_in_a_fenced_block_is_a_candidate() {
+    let p = project();
+    let out = run(
+        &p,
+        json!([
+            {"text": "The split is wrong.\n\n```python counter.py\n".to_string() + FIXED + "```\n"},
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "1",
+            "--tool-protocol",
+            "text",
+        ],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["passed"], "{}", out.stderr);
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_replay_replays_even_with_a_model_configured() {
+    // Through `just demo`'s script: with --replay it never sets up the local model, and the
+    // configured (unreachable) model is never asked.
+    let out = tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo"))
+        .arg(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["--replay", "--json"])
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--replay was given, so this is a SCRIPTED REPLAY"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("scripts/local-model"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["tests"]["passed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() {
+    use support::model_server::{ModelServer, Reply, openai_turn};
+    let p = Project::new(&[
+        ("counter.py", COUNTER),
+        ("test_counter.py", TESTS),
+        ("AGENTS.md", "Words are split on any whitespace.\n"),
+    ]);
+    // llama.cpp answers 500 when the model's own tool call is not valid JSON: that candidate
+    // has no file, and the next one is asked for.
+    let llama_500 = json!({"error": {"code": 500, "type": "server_error",
+        "message": "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 90: syntax error while parsing value - invalid string: missing closing quote"}});
+    let server = ModelServer::start(vec![
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": WRONG}))],
+        )),
+        Reply::status(500, llama_500),
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": FIXED}))],
+        )),
+    ])
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
+        .args([
+            "--candidates",
+            "3",
+            "--max-tokens",
+            "1024",
+            "--retry-temperature",
+            "0.8",
+        ])
+        .arg(p.path())
+        .env("OPENAI_BASE_URL", server.openai_url())
+        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(p.read("counter.py"), FIXED);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3, "not retried: {stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["failed", "unparsable", "passed"]);
+    let body = &reqs[0].body;
+    assert_eq!(body["tool_choice"], "required");
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["write_file"]);
+    assert_eq!(body["temperature"], 0.0);
+    assert_eq!(
+        reqs[1].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        Some(8.0)
+    );
+    assert!(
+        body["max_tokens"].as_u64().unwrap_or(0) >= 4096
+            || body["max_completion_tokens"].as_u64().unwrap_or(0) >= 4096,
+        "room for whole files: {body}"
+    );
+    let prompt = body["messages"].to_string();
+    assert!(
+        prompt.contains("Words are split on any whitespace")
+            && prompt.contains("The tests fail now")
+            && prompt.contains("### counter.py")
+            && prompt.contains("### test_counter.py"),
+        "{prompt}"
+    );
+    // The prompt's size, measured by the model's own count, is said.
+    assert!(stderr.contains("repair: the prompt took 100 tokens"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_that_write_outside_the_project_are_discarded_and_counted() {
+    let p = project();
+    // A link the project holds, to a directory outside it: resolved in the sandbox, refused.
+    std::os::unix::fs::symlink("/tmp", p.file("out")).unwrap();
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("../escape.py", "x = 1\n")]),
+            candidate(&[write("out/planted.py", "x = 1\n")]),
+            candidate(&[write("counter.py", FIXED)]),
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--candidates",
+            "3",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["outside", "outside", "passed"], "{}", out.stdout);
+    assert!(!p.path().parent().unwrap().join("escape.py").exists());
+    assert!(!std::path::Path::new("/tmp/planted.py").exists());
+    assert_eq!(p.read("counter.py"), FIXED);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
