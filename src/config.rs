@@ -40,6 +40,9 @@ pub struct SandboxConfig {
     pub per_call_exec: bool,
     /// The run's cleanup owner (from `app.rs`), handed to every sandbox this config starts.
     pub cleanup: crate::sandbox::Cleanup,
+    /// Egress socket and dependency caches for the sandboxes this config starts (the session
+    /// sets them; none by default).
+    pub extras: crate::sandbox::Extras,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -124,6 +127,7 @@ impl SandboxConfig {
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
             per_call_exec: args.per_call_exec,
             cleanup: Default::default(),
+            extras: Default::default(),
         })
     }
 
@@ -160,6 +164,7 @@ impl SandboxConfig {
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
             cleanup: self.cleanup.clone(),
+            extras: self.extras.clone(),
         })
     }
 
@@ -177,6 +182,7 @@ impl SandboxConfig {
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
             cleanup: self.cleanup.clone(),
+            extras: self.extras.clone(),
         })
     }
 }

@@ -25,7 +25,10 @@ pub enum HostPattern {
     /// `*.SUFFIX`: names ending in `.SUFFIX` (lower case, no trailing dot).
     Suffix(String),
     Ip(IpAddr),
-    Cidr { net: IpAddr, prefix: u8 },
+    Cidr {
+        net: IpAddr,
+        prefix: u8,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +38,9 @@ pub struct Rule {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid allow rule {rule:?}: {why} (write HOST, HOST:PORT, *.SUFFIX, an IP address or a CIDR range)")]
+#[error(
+    "invalid allow rule {rule:?}: {why} (write HOST, HOST:PORT, *.SUFFIX, an IP address or a CIDR range)"
+)]
 pub struct RuleError {
     pub rule: String,
     pub why: &'static str,
@@ -49,14 +54,19 @@ pub fn normalize_name(name: &str) -> Option<String> {
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
     ok.then_some(name)
 }
 
 /// An IP literal as a URL or CONNECT target writes it: `10.0.0.1`, `::1`, `[::1]`.
 pub fn parse_ip(text: &str) -> Option<IpAddr> {
-    let inner = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(text);
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
     inner.parse().ok()
 }
 
@@ -165,7 +175,11 @@ fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
         }
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            let m = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+            let m = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - prefix)
+            };
             IpAddr::V6(Ipv6Addr::from(bits & m))
         }
     }
@@ -193,7 +207,9 @@ impl Rule {
         self.port_ok(port)
             && match &self.host {
                 HostPattern::Ip(own) => canonical(*own) == ip,
-                HostPattern::Cidr { net, prefix } => net.is_ipv4() == ip.is_ipv4() && mask(ip, *prefix) == *net,
+                HostPattern::Cidr { net, prefix } => {
+                    net.is_ipv4() == ip.is_ipv4() && mask(ip, *prefix) == *net
+                }
                 _ => false,
             }
     }
@@ -203,9 +219,11 @@ impl Rule {
         self.port_ok(port)
             && match &self.host {
                 HostPattern::Exact(n) => n == name,
-                HostPattern::Suffix(s) => name.len() > s.len() + 1 && name.ends_with(s.as_str()) && {
-                    name.as_bytes()[name.len() - s.len() - 1] == b'.'
-                },
+                HostPattern::Suffix(s) => {
+                    name.len() > s.len() + 1 && name.ends_with(s.as_str()) && {
+                        name.as_bytes()[name.len() - s.len() - 1] == b'.'
+                    }
+                }
                 _ => false,
             }
     }
@@ -313,7 +331,13 @@ mod tests {
 
     #[test]
     fn ip_literals_and_ranges_v4_and_v6() {
-        let a = list(&["127.0.0.1:8080", "10.0.0.0/8", "[::1]:9000", "fd00::/8", "2001:db8::5"]);
+        let a = list(&[
+            "127.0.0.1:8080",
+            "10.0.0.0/8",
+            "[::1]:9000",
+            "fd00::/8",
+            "2001:db8::5",
+        ]);
         assert!(a.names_ip("127.0.0.1".parse().unwrap(), 8080));
         assert!(!a.names_ip("127.0.0.1".parse().unwrap(), 8081));
         assert!(!a.names_ip("127.0.0.2".parse().unwrap(), 8080));
@@ -334,8 +358,14 @@ mod tests {
     #[test]
     fn targets_parse_like_urls_write_them() {
         assert_eq!(Target::parse("[::1]"), Some(Target::Ip("::1".parse().unwrap())));
-        assert_eq!(Target::parse("::ffff:10.0.0.1"), Some(Target::Ip("10.0.0.1".parse().unwrap())));
-        assert_eq!(Target::parse("Host.Example."), Some(Target::Name("host.example".into())));
+        assert_eq!(
+            Target::parse("::ffff:10.0.0.1"),
+            Some(Target::Ip("10.0.0.1".parse().unwrap()))
+        );
+        assert_eq!(
+            Target::parse("Host.Example."),
+            Some(Target::Name("host.example".into()))
+        );
         assert_eq!(Target::parse("bad host"), None);
         assert_eq!(Target::parse(""), None);
         assert_eq!(Target::parse("a..b"), None);
@@ -354,7 +384,16 @@ mod tests {
         ] {
             assert_eq!(text.parse::<Rule>().unwrap().to_string(), shown, "{text}");
         }
-        for bad in ["", "host:0", "host:99999", "a b", "10.0.0.0/33", "*.", "[::1", "host:port"] {
+        for bad in [
+            "",
+            "host:0",
+            "host:99999",
+            "a b",
+            "10.0.0.0/33",
+            "*.",
+            "[::1",
+            "host:port",
+        ] {
             assert!(bad.parse::<Rule>().is_err(), "{bad:?} parsed");
         }
     }

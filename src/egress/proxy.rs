@@ -86,8 +86,16 @@ pub struct Policy {
 pub struct Refusal(pub String);
 
 fn suggestion(host: &str, port: u16) -> String {
-    let h = if host.contains(':') { format!("[{host}]") } else { host.to_string() };
-    if DEFAULT_PORTS.contains(&port) { h } else { format!("{h}:{port}") }
+    let h = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if DEFAULT_PORTS.contains(&port) {
+        h
+    } else {
+        format!("{h}:{port}")
+    }
 }
 
 impl Policy {
@@ -101,7 +109,9 @@ impl Policy {
             ))
         };
         match Target::parse(host) {
-            None => Err(Refusal(format!("blocked {host}:{port} — not a host name or address"))),
+            None => Err(Refusal(format!(
+                "blocked {host}:{port} — not a host name or address"
+            ))),
             // An address given as such is allowed only by a rule naming it: no name rule can
             // stand for it, and naming it is explicit enough to reach a private one.
             Some(Target::Ip(ip)) => {
@@ -218,7 +228,11 @@ impl Proxy {
 
     /// Every decision so far (a connection's once it ended).
     pub fn decisions(&self) -> Vec<Decision> {
-        self.shared.decisions.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared
+            .decisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Bytes through the proxy so far.
@@ -293,7 +307,8 @@ pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
     let mut lines = head.split("\r\n");
     let first = lines.next().unwrap_or_default();
     let mut parts = first.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err("malformed request line".into());
     };
@@ -325,7 +340,11 @@ pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
     if authority.contains('@') {
         return Err("credentials in the URI are not forwarded".into());
     }
@@ -367,7 +386,8 @@ async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<(String, Vec<u8>),
     let mut chunk = [0u8; 2048];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8(buf[..end].to_vec()).map_err(|_| "the head is not UTF-8".to_string())?;
+            let head =
+                String::from_utf8(buf[..end].to_vec()).map_err(|_| "the head is not UTF-8".to_string())?;
             return Ok((head, buf[end + 4..].to_vec()));
         }
         if buf.len() > MAX_HEAD {
@@ -439,7 +459,10 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
             return;
         }
         Err(_) => {
-            let why = format!("no connection to {addr} within {}s", limits.connect_timeout.as_secs());
+            let why = format!(
+                "no connection to {addr} within {}s",
+                limits.connect_timeout.as_secs()
+            );
             let _ = respond(&mut client, 504, "Gateway Timeout", &format!("{why}\n")).await;
             decision.reason = Some(why);
             shared.record(decision);
@@ -562,13 +585,22 @@ mod tests {
         );
         for name in ["pkg.example", "meta.example", "lan.example"] {
             let Refusal(line) = p.check(name, 443).await.unwrap_err();
-            assert!(line.starts_with(&format!("blocked {name}:443 — it resolves to ")), "{line}");
+            assert!(
+                line.starts_with(&format!("blocked {name}:443 — it resolves to ")),
+                "{line}"
+            );
         }
         // 203.0.113.0/24 is a documentation range, but not one of the special ones here.
-        assert_eq!(p.check("ok.example", 443).await.unwrap(), "203.0.113.9:443".parse().unwrap());
+        assert_eq!(
+            p.check("ok.example", 443).await.unwrap(),
+            "203.0.113.9:443".parse().unwrap()
+        );
         // Naming the range explicitly allows the private answer.
         let p2 = policy(&["pkg.example", "10.0.0.0/8"], &[("pkg.example", "10.1.2.3")]);
-        assert_eq!(p2.check("PKG.example.", 443).await.unwrap(), "10.1.2.3:443".parse().unwrap());
+        assert_eq!(
+            p2.check("PKG.example.", 443).await.unwrap(),
+            "10.1.2.3:443".parse().unwrap()
+        );
     }
 
     #[tokio::test]
@@ -588,7 +620,10 @@ mod tests {
     #[test]
     fn request_heads_parse() {
         let r = parse_head("CONNECT pkg.example:443 HTTP/1.1\r\nHost: pkg.example:443").unwrap();
-        assert_eq!((r.method.as_str(), r.host.as_str(), r.port, r.forward), ("CONNECT", "pkg.example", 443, None));
+        assert_eq!(
+            (r.method.as_str(), r.host.as_str(), r.port, r.forward),
+            ("CONNECT", "pkg.example", 443, None)
+        );
         let r = parse_head("CONNECT [::1]:8443 HTTP/1.1").unwrap();
         assert_eq!((r.host.as_str(), r.port), ("::1", 8443));
         let r = parse_head(
@@ -603,7 +638,11 @@ mod tests {
         );
         let r = parse_head("GET http://pkg.example HTTP/1.0").unwrap();
         assert_eq!(r.port, 80);
-        assert!(String::from_utf8(r.forward.unwrap()).unwrap().starts_with("GET / HTTP/1.0\r\nHost: pkg.example\r\n"));
+        assert!(
+            String::from_utf8(r.forward.unwrap())
+                .unwrap()
+                .starts_with("GET / HTTP/1.0\r\nHost: pkg.example\r\n")
+        );
         for bad in [
             "GET /local HTTP/1.1",
             "GET https://pkg.example/ HTTP/1.1",

@@ -587,8 +587,81 @@ def run(req):
     return resp
 
 
+def start_egress_forwarder():
+    """The setup phase's way out: with AGENTBOX_EGRESS_SOCKET and _PORT set (and the host's
+    proxy socket mounted read-only there), listen on this sandbox's own loopback and forward
+    each connection to the socket. The container keeps network "none"; the host-side proxy
+    decides what each connection may reach. Threads, so the command loop is untouched; they
+    die with us."""
+    path = os.environ.get("AGENTBOX_EGRESS_SOCKET")
+    port = os.environ.get("AGENTBOX_EGRESS_PORT")
+    if not path or not port:
+        return
+    import socket
+    import threading
+
+    try:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", int(port)))
+        srv.listen(64)
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"agentbox-exec: cannot listen for the egress proxy: {e}\n")
+        return
+    # Each connection costs two threads, which count against the pids limit: bound them.
+    slots = threading.BoundedSemaphore(64)
+
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def serve(client):
+        try:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(path)
+            except OSError:
+                upstream.close()
+                return
+            back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+            back.start()
+            pipe(client, upstream)
+            back.join()
+            upstream.close()
+        finally:
+            client.close()
+            slots.release()
+
+    def accept():
+        while True:
+            try:
+                client, _ = srv.accept()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            slots.acquire()
+            try:
+                threading.Thread(target=serve, args=(client,), daemon=True).start()
+            except RuntimeError:
+                client.close()
+                slots.release()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 def main():
     hardened = harden()
+    start_egress_forwarder()
     # Start from a clean slate: a previous executor may have died mid-command.
     sweep()
     send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid(), "hardened": hardened})

@@ -26,8 +26,8 @@ pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
-    CACHE_DIR, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
-    WorkspaceSource, parse_size,
+    CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess,
+    MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount, WorkspaceSource, parse_size,
 };
 
 /// Where the project is mounted inside every sandbox.

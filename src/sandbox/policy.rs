@@ -32,6 +32,32 @@ pub const CACHE_DIR: &str = "/var/tmp";
 /// command that fills `/tmp` cannot break the harness.
 pub const HARNESS_DIR: &str = "/run/agentbox";
 
+/// Where the egress proxy's socket is mounted (read-only) in a sandbox that may use it.
+pub const EGRESS_SOCKET: &str = "/run/agentbox-egress.sock";
+/// The sandbox's own loopback port on which the executor forwards to [`EGRESS_SOCKET`].
+pub const EGRESS_PORT: u16 = 3128;
+
+/// What a sandbox has beyond the fixed policy: the egress socket (the setup phase, or
+/// `--agent-network allowlist`), dependency cache volumes, and environment for them. The
+/// policy itself (network none, capabilities, limits) is the same with or without them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extras {
+    /// A host Unix socket mounted read-only at [`EGRESS_SOCKET`]; the executor listens on
+    /// 127.0.0.1:[`EGRESS_PORT`] inside the sandbox and forwards each connection to it.
+    pub egress_socket: Option<PathBuf>,
+    /// Named volumes (dependency caches), mounted at their targets.
+    pub volumes: Vec<VolumeMount>,
+    /// Variables set after the fixed list, replacing any of the same name.
+    pub env: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeMount {
+    pub name: String,
+    pub target: String,
+    pub read_only: bool,
+}
+
 /// Resource limits. Memory, CPUs, pids, `/tmp` and the largest file have flags; the other
 /// in-memory filesystems are sized from the memory limit (see [`MemoryBudget`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -234,6 +260,8 @@ pub struct SandboxSpec {
     pub labels: Vec<(String, String)>,
     /// Who removes what this sandbox creates if the run is cut short.
     pub cleanup: super::cleanup::Cleanup,
+    /// The egress socket, cache volumes and their environment, if any.
+    pub extras: Extras,
 }
 
 impl SandboxSpec {
@@ -250,6 +278,23 @@ impl SandboxSpec {
     /// The environment every command sees. Nothing comes from the host: no credentials, no
     /// proxies, no `DOCKER_HOST`.
     pub fn env(&self) -> Vec<String> {
+        let mut env = self.fixed_env();
+        let mut extra: Vec<(String, String)> = self.extras.env.clone();
+        if self.extras.egress_socket.is_some() {
+            // The executor reads these to start forwarding; commands see them too, which
+            // tells them nothing they could not find out.
+            extra.push(("AGENTBOX_EGRESS_SOCKET".into(), EGRESS_SOCKET.into()));
+            extra.push(("AGENTBOX_EGRESS_PORT".into(), EGRESS_PORT.to_string()));
+        }
+        for (k, v) in extra {
+            let prefix = format!("{k}=");
+            env.retain(|e| !e.starts_with(&prefix));
+            env.push(format!("{k}={v}"));
+        }
+        env
+    }
+
+    fn fixed_env(&self) -> Vec<String> {
         [
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
             format!("HOME={HOME}"),
@@ -417,6 +462,24 @@ impl SandboxSpec {
             }],
         };
         let mut mounts = mounts;
+        for v in &self.extras.volumes {
+            mounts.push(Mount {
+                target: Some(v.target.clone()),
+                source: Some(v.name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            });
+        }
+        if let Some(socket) = &self.extras.egress_socket {
+            mounts.push(Mount {
+                target: Some(EGRESS_SOCKET.to_string()),
+                source: Some(socket.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         // No source: an anonymous volume, created with the container and removed with it.
         mounts.push(Mount {
             target: Some(CACHE_DIR.to_string()),
@@ -551,6 +614,7 @@ mod tests {
             per_call_exec: false,
             labels: vec![],
             cleanup: Default::default(),
+            extras: Default::default(),
         }
     }
 
