@@ -398,6 +398,41 @@ pub struct AgentSettings {
     pub approve: bool,
     /// The harness aids for small models (see `--small-model`).
     pub aids: Aids,
+    pub setup: SetupSettings,
+}
+
+/// The setup phase: what it runs, how long it may take, and where it may connect.
+#[derive(Debug, Clone, Default)]
+pub struct SetupSettings {
+    /// Given commands (`--setup`, `setup = [...]`); empty: the ecosystems' defaults.
+    pub commands: Vec<String>,
+    pub disabled: bool,
+    pub timeout: Duration,
+    /// `--allow-host` and `[network] allow`.
+    pub allow: Vec<crate::egress::Rule>,
+    /// `--agent-network allowlist`.
+    pub agent_network: bool,
+}
+
+impl SetupSettings {
+    pub fn from_args(args: &crate::cli::SetupArgs) -> Result<Self, UsageError> {
+        if args.setup.iter().any(|c| c.trim().is_empty()) {
+            return Err(UsageError("--setup: must not be empty".into()));
+        }
+        let allow = args
+            .allow_host
+            .iter()
+            .map(|r| r.parse::<crate::egress::Rule>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| UsageError(format!("--allow-host: {e}")))?;
+        Ok(SetupSettings {
+            commands: args.setup.clone(),
+            disabled: args.no_setup,
+            timeout: Duration::from_secs(args.setup_timeout),
+            allow,
+            agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -473,6 +508,7 @@ impl AgentSettings {
                 attempts: args.attempts.unwrap_or(if small { 3 } else { 1 }),
                 retry_temperature: args.retry_temperature,
             },
+            setup: SetupSettings::from_args(&args.setup)?,
         })
     }
 }

@@ -155,7 +155,7 @@ impl Policy {
 }
 
 struct Shared {
-    policy: Policy,
+    policy: std::sync::RwLock<Policy>,
     limits: Limits,
     observer: Option<Observer>,
     decisions: Mutex<Vec<Decision>>,
@@ -207,7 +207,7 @@ impl Proxy {
         let listener = UnixListener::bind(socket)?;
         let shared = Arc::new(Shared {
             slots: Arc::new(Semaphore::new(limits.max_connections)),
-            policy,
+            policy: std::sync::RwLock::new(policy),
             limits,
             observer,
             decisions: Mutex::new(Vec::new()),
@@ -233,6 +233,18 @@ impl Proxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Allow more destinations from now on (e.g. the registries the image's tools name, learnt
+    /// once the sandbox runs).
+    pub fn allow(&self, rules: impl IntoIterator<Item = super::Rule>) {
+        let mut p = self.shared.policy.write().unwrap_or_else(|e| e.into_inner());
+        p.allowlist.extend(rules);
+    }
+
+    /// The allowlist in force.
+    pub fn allowlist(&self) -> Allowlist {
+        self.shared.policy.read().unwrap_or_else(|e| e.into_inner()).allowlist.clone()
     }
 
     /// Bytes through the proxy so far.
@@ -437,7 +449,8 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
         shared.record(decision);
         return;
     }
-    let addr = match shared.policy.check(&req.host, req.port).await {
+    let policy = shared.policy.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let addr = match policy.check(&req.host, req.port).await {
         Ok(a) => a,
         Err(Refusal(line)) => {
             tracing::info!(%line, "egress refused");

@@ -130,7 +130,7 @@ pub(super) async fn remove_when_it_appears(docker: &Docker, volume: bool, name: 
     }
 }
 
-pub(super) async fn remove_volume(docker: &Docker, name: &str) {
+pub(crate) async fn remove_volume(docker: &Docker, name: &str) {
     let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
         .force(true)
         .build();

@@ -4,6 +4,7 @@
 //! Kubernetes) can stand behind the same tools later, not to mock Docker in tests: integration
 //! tests run against the real daemon.
 
+pub mod caches;
 mod capture;
 pub mod cleanup;
 mod docker;
