@@ -65,6 +65,18 @@ pub enum Event<'a> {
     Note {
         message: String,
     },
+    /// A decision of the egress proxy (`phase`: setup or agent), recorded when its connection
+    /// ended.
+    Egress {
+        phase: &'static str,
+        decision: crate::egress::Decision,
+    },
+    /// One setup command's end and output (head and tail).
+    SetupOutput {
+        command: String,
+        status: String,
+        output: String,
+    },
     Verifying {
         command: String,
     },
@@ -286,6 +298,21 @@ impl EventSink for Printer {
             }
             Event::Note { message } => {
                 let _ = writeln!(out, "agentbox: {message}");
+            }
+            // Refusals are what the user acts on; allowed connections are in the trajectory
+            // and the report.
+            Event::Egress { decision, .. } => {
+                if !decision.allowed
+                    && let Some(reason) = &decision.reason
+                {
+                    let _ = writeln!(out, "agentbox: egress: {reason}");
+                }
+            }
+            Event::SetupOutput { command, status, output } => {
+                for line in output.lines() {
+                    let _ = writeln!(out, "  | {line}");
+                }
+                let _ = writeln!(out, "agentbox: setup: `{}`: {status}", one_line(command, 120));
             }
             Event::Verifying { command } => {
                 let _ = writeln!(out, "agentbox: verifying: running `{command}` in the sandbox");

@@ -44,7 +44,67 @@ fn present(root: &Path, name: &str) -> bool {
     root.join(name).symlink_metadata().is_ok_and(|m| m.is_file())
 }
 
-/// The default setup commands for the detected ecosystems, each with the file it is based on.
+fn text(root: &Path, name: &str) -> String {
+    read_project_file(root, name)
+        .map(|d| String::from_utf8_lossy(&d).into_owned())
+        .unwrap_or_default()
+}
+
+/// A requirements file with at least one requirement.
+fn has_requirements(root: &Path) -> bool {
+    text(root, "requirements.txt").lines().any(|l| {
+        let l = l.trim();
+        !l.is_empty() && !l.starts_with('#')
+    })
+}
+
+/// A `dependencies = [...]` (or `install_requires`) list that is not empty.
+fn declares_python_dependencies(root: &Path) -> bool {
+    let non_empty_list = |t: &str, key: &str| {
+        t.match_indices(key).any(|(i, _)| {
+            let rest = t[i + key.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix('=') else { return false };
+            let rest = rest.trim_start();
+            rest.strip_prefix('[')
+                .is_some_and(|r| r.trim_start().chars().next().is_some_and(|c| c != ']'))
+        })
+    };
+    non_empty_list(&text(root, "pyproject.toml"), "dependencies")
+        || non_empty_list(&text(root, "setup.py"), "install_requires")
+}
+
+fn declares_node_dependencies(root: &Path) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text(root, "package.json")) else {
+        return false;
+    };
+    ["dependencies", "devDependencies", "optionalDependencies"]
+        .iter()
+        .any(|k| v.get(k).and_then(|d| d.as_object()).is_some_and(|o| !o.is_empty()))
+}
+
+fn declares_rust_dependencies(root: &Path) -> bool {
+    let lock = text(root, "Cargo.lock");
+    if lock.contains("source = \"registry+") || lock.contains("source = \"git+") || lock.contains("source = \"sparse+") {
+        return true;
+    }
+    let mut in_deps = false;
+    for line in text(root, "Cargo.toml").lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_deps = l.contains("dependencies");
+            // `[dependencies.NAME]` is itself a dependency.
+            if in_deps && l.trim_matches(['[', ']']).contains("dependencies.") {
+                return true;
+            }
+        } else if in_deps && l.contains('=') && !l.starts_with('#') {
+            return true;
+        }
+    }
+    false
+}
+
+/// The default setup commands for the detected ecosystems that declare dependencies (a
+/// project with none needs no setup, and gets no container or cache for it).
 pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, String)> {
     let mut out = Vec::new();
     for (eco, _) in &detection.ecosystems {
@@ -52,20 +112,22 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
             Ecosystem::Python => {
                 // The image's own packages (pytest) stay visible inside the venv.
                 let venv = format!("python3 -m venv --system-site-packages {VENV}");
-                if present(root, "requirements.txt") {
+                if has_requirements(root) {
                     Some(format!("{venv} && pip install -r requirements.txt"))
-                } else if present(root, "pyproject.toml") || present(root, "setup.py") {
+                } else if declares_python_dependencies(root) {
                     Some(format!("{venv} && pip install -e ."))
                 } else {
                     None
                 }
             }
+            Ecosystem::Node if !declares_node_dependencies(root) => None,
             Ecosystem::Node if present(root, "package-lock.json") || present(root, "npm-shrinkwrap.json") => {
                 Some("npm ci".to_string())
             }
             Ecosystem::Node => Some("npm install".to_string()),
-            Ecosystem::Rust => Some("cargo fetch".to_string()),
-            Ecosystem::Go => Some("go mod download".to_string()),
+            Ecosystem::Rust if declares_rust_dependencies(root) => Some("cargo fetch".to_string()),
+            Ecosystem::Go if text(root, "go.mod").contains("require") => Some("go mod download".to_string()),
+            Ecosystem::Rust | Ecosystem::Go => None,
         };
         if let Some(cmd) = cmd {
             out.push((*eco, cmd));
@@ -221,12 +283,22 @@ mod tests {
     fn defaults_follow_the_lockfiles() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("requirements.txt"), "x==1\n").unwrap();
-        std::fs::write(dir.path().join("package.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("package.json"), r#"{"dependencies": {"left-pad": "1"}}"#).unwrap();
         std::fs::write(dir.path().join("package-lock.json"), "{}").unwrap();
         let d = crate::project::detect(dir.path());
         let cmds: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
         assert!(cmds.iter().any(|c| c.ends_with("pip install -r requirements.txt")), "{cmds:?}");
         assert!(cmds.contains(&"npm ci".to_string()), "{cmds:?}");
+        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"x\"\n[dependencies]\n").unwrap();
+        std::fs::write(dir.path().join("go.mod"), "module x\n\ngo 1.21\n").unwrap();
+        let d = crate::project::detect(dir.path());
+        let cmds2: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
+        assert_eq!(cmds2.len(), 2, "no dependencies, no setup: {cmds2:?}");
+        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\n").unwrap();
+        std::fs::write(dir.path().join("go.mod"), "module x\n\ngo 1.21\nrequire example.com/y v1.0.0\n").unwrap();
+        let d = crate::project::detect(dir.path());
+        let cmds3: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
+        assert!(cmds3.contains(&"cargo fetch".to_string()) && cmds3.contains(&"go mod download".to_string()), "{cmds3:?}");
         let k1 = cache_key(dir.path(), "img", 1000, &cmds);
         assert_eq!(k1, cache_key(dir.path(), "img", 1000, &cmds));
         std::fs::write(dir.path().join("requirements.txt"), "x==2\n").unwrap();

@@ -27,7 +27,7 @@ pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
-    CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess,
+    BASE_PATH, CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess,
     MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount, WorkspaceSource, parse_size,
 };
 

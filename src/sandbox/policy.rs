@@ -32,6 +32,9 @@ pub const CACHE_DIR: &str = "/var/tmp";
 /// command that fills `/tmp` cannot break the harness.
 pub const HARNESS_DIR: &str = "/run/agentbox";
 
+/// The sandbox's `PATH` (the setup phase puts its virtualenv in front).
+pub const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Where the egress proxy's socket is mounted (read-only) in a sandbox that may use it.
 pub const EGRESS_SOCKET: &str = "/run/agentbox-egress.sock";
 /// The sandbox's own loopback port on which the executor forwards to [`EGRESS_SOCKET`].
@@ -296,7 +299,7 @@ impl SandboxSpec {
 
     fn fixed_env(&self) -> Vec<String> {
         [
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+            format!("PATH={BASE_PATH}"),
             format!("HOME={HOME}"),
             "LANG=C.UTF-8".into(),
             "TERM=dumb".into(),
