@@ -321,6 +321,11 @@ pub struct SetupArgs {
     #[arg(long, value_name = "HOST[:PORT]")]
     pub allow_host: Vec<String>,
 
+    /// Do not allow the registries the image's package managers use by default (asked of
+    /// the tools in the image): only --allow-host and [network] allow.
+    #[arg(long)]
+    pub no_default_registries: bool,
+
     /// The agent phase's network: none (the default), or the setup phase's allowlist through
     /// the egress proxy.
     #[arg(long, value_enum, default_value_t = AgentNetwork::None)]

@@ -412,6 +412,8 @@ pub struct SetupSettings {
     pub allow: Vec<crate::egress::Rule>,
     /// `--agent-network allowlist`.
     pub agent_network: bool,
+    /// `--no-default-registries`.
+    pub no_default_registries: bool,
 }
 
 impl SetupSettings {
@@ -431,6 +433,7 @@ impl SetupSettings {
             timeout: Duration::from_secs(args.setup_timeout),
             allow,
             agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
+            no_default_registries: args.no_default_registries,
         })
     }
 }

@@ -200,11 +200,15 @@ mod tests {
 
     #[test]
     fn the_network_table_is_the_allowlist_and_setup_a_list() {
-        let file = "setup = [\"make deps\"]\n[network]\nallow = [\"registry.example\", \"*.cdn.example:8443\"]\n";
+        let file =
+            "setup = [\"make deps\"]\n[network]\nallow = [\"registry.example\", \"*.cdn.example:8443\"]\n";
         let Sub::Run(run) = parse(file, &["agentbox", "run", "p"]).unwrap().command else {
             panic!()
         };
-        assert_eq!(run.agent.setup.allow_host, ["registry.example", "*.cdn.example:8443"]);
+        assert_eq!(
+            run.agent.setup.allow_host,
+            ["registry.example", "*.cdn.example:8443"]
+        );
         assert_eq!(run.agent.setup.setup, ["make deps"]);
         assert!(parse("[network]\ndeny = [\"x\"]", &["agentbox", "run", "p"]).is_err());
         assert!(parse("network = \"x\"", &["agentbox", "run", "p"]).is_err());

@@ -308,7 +308,11 @@ impl EventSink for Printer {
                     let _ = writeln!(out, "agentbox: egress: {reason}");
                 }
             }
-            Event::SetupOutput { command, status, output } => {
+            Event::SetupOutput {
+                command,
+                status,
+                output,
+            } => {
                 for line in output.lines() {
                     let _ = writeln!(out, "  | {line}");
                 }

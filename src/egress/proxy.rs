@@ -244,7 +244,12 @@ impl Proxy {
 
     /// The allowlist in force.
     pub fn allowlist(&self) -> Allowlist {
-        self.shared.policy.read().unwrap_or_else(|e| e.into_inner()).allowlist.clone()
+        self.shared
+            .policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .allowlist
+            .clone()
     }
 
     /// Bytes through the proxy so far.

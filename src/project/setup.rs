@@ -63,7 +63,9 @@ fn declares_python_dependencies(root: &Path) -> bool {
     let non_empty_list = |t: &str, key: &str| {
         t.match_indices(key).any(|(i, _)| {
             let rest = t[i + key.len()..].trim_start();
-            let Some(rest) = rest.strip_prefix('=') else { return false };
+            let Some(rest) = rest.strip_prefix('=') else {
+                return false;
+            };
             let rest = rest.trim_start();
             rest.strip_prefix('[')
                 .is_some_and(|r| r.trim_start().chars().next().is_some_and(|c| c != ']'))
@@ -79,12 +81,19 @@ fn declares_node_dependencies(root: &Path) -> bool {
     };
     ["dependencies", "devDependencies", "optionalDependencies"]
         .iter()
-        .any(|k| v.get(k).and_then(|d| d.as_object()).is_some_and(|o| !o.is_empty()))
+        .any(|k| {
+            v.get(k)
+                .and_then(|d| d.as_object())
+                .is_some_and(|o| !o.is_empty())
+        })
 }
 
 fn declares_rust_dependencies(root: &Path) -> bool {
     let lock = text(root, "Cargo.lock");
-    if lock.contains("source = \"registry+") || lock.contains("source = \"git+") || lock.contains("source = \"sparse+") {
+    if lock.contains("source = \"registry+")
+        || lock.contains("source = \"git+")
+        || lock.contains("source = \"sparse+")
+    {
         return true;
     }
     let mut in_deps = false;
@@ -243,7 +252,11 @@ pub fn hosts_from_answer(answer: &str) -> Vec<String> {
         let authority = authority.split('+').next().unwrap_or_default();
         let default_port = if scheme == Some("http") { 80 } else { 443 };
         let rule = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') && p.parse::<u16>().is_ok_and(|p| p != default_port && p != 443 && p != 80) => {
+            Some((h, p))
+                if !h.contains(':')
+                    && p.parse::<u16>()
+                        .is_ok_and(|p| p != default_port && p != 443 && p != 80) =>
+            {
                 format!("{h}:{p}")
             }
             Some((h, _)) if !h.contains(':') => h.to_string(),
@@ -266,7 +279,10 @@ mod tests {
             hosts_from_answer("https://registry.example/simple\nhttps://files.example/\n"),
             ["registry.example", "files.example"]
         );
-        assert_eq!(hosts_from_answer("https://npm.registry.example/\n"), ["npm.registry.example"]);
+        assert_eq!(
+            hosts_from_answer("https://npm.registry.example/\n"),
+            ["npm.registry.example"]
+        );
         assert_eq!(
             hosts_from_answer("https://proxy.example,direct\nsum.example\n"),
             ["proxy.example", "sum.example"]
@@ -283,25 +299,61 @@ mod tests {
     fn defaults_follow_the_lockfiles() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("requirements.txt"), "x==1\n").unwrap();
-        std::fs::write(dir.path().join("package.json"), r#"{"dependencies": {"left-pad": "1"}}"#).unwrap();
+        std::fs::write(
+            dir.path().join("package.json"),
+            r#"{"dependencies": {"left-pad": "1"}}"#,
+        )
+        .unwrap();
         std::fs::write(dir.path().join("package-lock.json"), "{}").unwrap();
         let d = crate::project::detect(dir.path());
-        let cmds: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
-        assert!(cmds.iter().any(|c| c.ends_with("pip install -r requirements.txt")), "{cmds:?}");
+        let cmds: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
+        assert!(
+            cmds.iter()
+                .any(|c| c.ends_with("pip install -r requirements.txt")),
+            "{cmds:?}"
+        );
         assert!(cmds.contains(&"npm ci".to_string()), "{cmds:?}");
-        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"x\"\n[dependencies]\n").unwrap();
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"x\"\n[dependencies]\n",
+        )
+        .unwrap();
         std::fs::write(dir.path().join("go.mod"), "module x\n\ngo 1.21\n").unwrap();
         let d = crate::project::detect(dir.path());
-        let cmds2: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
+        let cmds2: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
         assert_eq!(cmds2.len(), 2, "no dependencies, no setup: {cmds2:?}");
-        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\n").unwrap();
-        std::fs::write(dir.path().join("go.mod"), "module x\n\ngo 1.21\nrequire example.com/y v1.0.0\n").unwrap();
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("go.mod"),
+            "module x\n\ngo 1.21\nrequire example.com/y v1.0.0\n",
+        )
+        .unwrap();
         let d = crate::project::detect(dir.path());
-        let cmds3: Vec<String> = default_commands(dir.path(), &d).into_iter().map(|c| c.1).collect();
-        assert!(cmds3.contains(&"cargo fetch".to_string()) && cmds3.contains(&"go mod download".to_string()), "{cmds3:?}");
+        let cmds3: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
+        assert!(
+            cmds3.contains(&"cargo fetch".to_string()) && cmds3.contains(&"go mod download".to_string()),
+            "{cmds3:?}"
+        );
         let k1 = cache_key(dir.path(), "img", 1000, &cmds);
         assert_eq!(k1, cache_key(dir.path(), "img", 1000, &cmds));
         std::fs::write(dir.path().join("requirements.txt"), "x==2\n").unwrap();
-        assert_ne!(k1, cache_key(dir.path(), "img", 1000, &cmds), "a lockfile changed");
+        assert_ne!(
+            k1,
+            cache_key(dir.path(), "img", 1000, &cmds),
+            "a lockfile changed"
+        );
     }
 }

@@ -46,7 +46,10 @@ pub async fn state(docker: &Docker, name: &str) -> Result<CacheState, SandboxErr
         (true, true) => Ok(CacheState::Ready),
         (false, false) => Ok(CacheState::Empty),
         (true, false) => {
-            tracing::info!(volume = name, "a dependency cache that was never committed: removed");
+            tracing::info!(
+                volume = name,
+                "a dependency cache that was never committed: removed"
+            );
             remove_volume(docker, name).await;
             Ok(CacheState::Empty)
         }
@@ -106,10 +109,13 @@ pub async fn create(
                 .await
                 .map_err(|e| SandboxError::docker("start the cache seeding container", e))?;
             use futures_util::StreamExt;
-            let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+            let mut wait =
+                docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
             match wait.next().await {
                 Some(Ok(r)) if r.status_code == 0 => Ok(()),
-                other => Err(SandboxError::Other(format!("preparing the cache volume failed: {other:?}"))),
+                other => Err(SandboxError::Other(format!(
+                    "preparing the cache volume failed: {other:?}"
+                ))),
             }
         }
         .await;
@@ -156,7 +162,9 @@ pub async fn discard(docker: &Docker, spec: &SandboxSpec, name: &str, registrati
 pub async fn list(docker: &Docker) -> Result<Vec<(String, String)>, SandboxError> {
     let filters = HashMap::from([("label".to_string(), vec![CACHE_LABEL.to_string()])]);
     let volumes = docker
-        .list_volumes(Some(ListVolumesOptionsBuilder::default().filters(&filters).build()))
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default().filters(&filters).build(),
+        ))
         .await
         .map_err(|e| SandboxError::docker("list volumes", e))?;
     let mut out: Vec<(String, String)> = volumes

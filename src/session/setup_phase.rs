@@ -77,7 +77,9 @@ fn start_proxy(
             phase,
             decision: d.clone(),
         });
-        log.lock().unwrap_or_else(|e| e.into_inner()).push((phase.to_string(), d.clone()));
+        log.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((phase.to_string(), d.clone()));
     });
     crate::egress::start(
         crate::egress::Allowlist::new(settings.setup.allow.clone()),
@@ -117,11 +119,21 @@ pub async fn run(
             .collect()
     };
     if setup.disabled {
-        super::preflight::report(events.as_ref(), super::preflight::Step::Setup, Ok("skipped (--no-setup)".into()));
+        super::preflight::report(
+            events.as_ref(),
+            super::preflight::Step::Setup,
+            Ok("skipped (--no-setup)".into()),
+        );
     }
     if !commands.is_empty() {
         let docker = crate::sandbox::connect_docker().await?;
-        crate::image::ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut crate::image::stderr_progress).await?;
+        crate::image::ensure_image(
+            &docker,
+            &cfg.image,
+            &cfg.cleanup,
+            &mut crate::image::stderr_progress,
+        )
+        .await?;
         let owner = crate::sandbox::inspect_project(project)?;
         let key = plan::cache_key(project, &cfg.image, owner.uid, &commands);
         let name = format!("agentbox-cache-{}-{key}", plan::project_key(project));
@@ -131,15 +143,28 @@ pub async fn run(
         ]);
         match caches::state(&docker, &name).await? {
             CacheState::Ready => {
-                note(events, format!("setup: dependencies from the cache {name} (agentbox gc --caches removes it)"));
-                super::preflight::report(events.as_ref(), super::preflight::Step::Setup, Ok(format!("cached in {name}")));
-            }
-            CacheState::Empty => {
-                let result = fill(settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection).await;
+                note(
+                    events,
+                    format!("setup: dependencies from the cache {name} (agentbox gc --caches removes it)"),
+                );
                 super::preflight::report(
                     events.as_ref(),
                     super::preflight::Step::Setup,
-                    result.as_ref().map(|_| format!("filled {name}")).map_err(|e| e.to_string()),
+                    Ok(format!("cached in {name}")),
+                );
+            }
+            CacheState::Empty => {
+                let result = fill(
+                    settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection,
+                )
+                .await;
+                super::preflight::report(
+                    events.as_ref(),
+                    super::preflight::Step::Setup,
+                    result
+                        .as_ref()
+                        .map(|_| format!("filled {name}"))
+                        .map_err(|e| e.to_string()),
                 );
                 result?;
             }
@@ -153,7 +178,8 @@ pub async fn run(
     }
     if setup.agent_network {
         let proxy = start_proxy(settings, events, log, "agent")?;
-        outcome.agent_extras.egress_socket = Some(crate::egress::transport::mount_source(&proxy).to_path_buf());
+        outcome.agent_extras.egress_socket =
+            Some(crate::egress::transport::mount_source(&proxy).to_path_buf());
         outcome.agent_extras.env.extend(proxy_env());
         note(
             events,
@@ -169,12 +195,19 @@ pub async fn run(
 
 fn describe(proxy: &Proxy) -> String {
     let rules: Vec<String> = proxy.allowlist().rules().iter().map(|r| r.to_string()).collect();
-    if rules.is_empty() { "nothing (the allowlist is empty)".into() } else { rules.join(", ") }
+    if rules.is_empty() {
+        "nothing (the allowlist is empty)".into()
+    } else {
+        rules.join(", ")
+    }
 }
 
 /// Fill the cache `name`: a setup container, the registries asked of the image's tools, the
 /// commands in turn. Committed only if every command succeeds; removed otherwise.
-#[allow(clippy::too_many_arguments, reason = "one call site; the phase's whole context")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the phase's whole context"
+)]
 async fn fill(
     settings: &AgentSettings,
     cfg: &SandboxConfig,
@@ -197,9 +230,19 @@ async fn fill(
             target: DEPS_DIR.to_string(),
             read_only: false,
         }],
-        env: plan::env(Phase::Setup, BASE_PATH).into_iter().chain(proxy_env()).collect(),
+        env: plan::env(Phase::Setup, BASE_PATH)
+            .into_iter()
+            .chain(proxy_env())
+            .collect(),
     };
     let spec = setup_cfg.bind_spec(project)?;
+    note(
+        events,
+        format!(
+            "setup: egress proxy on {}",
+            crate::egress::transport::mount_source(&proxy).display()
+        ),
+    );
     let registration = caches::create(docker, &spec, name, labels.clone()).await?;
     let sandbox = match DockerSandbox::create(docker, spec.clone()).await {
         Ok(sb) => sb,
@@ -220,7 +263,10 @@ async fn fill(
             caches::commit(docker, &spec, name, labels, registration).await?;
             note(
                 events,
-                format!("setup: done in {:.1}s; cached in {name}", started.elapsed().as_secs_f64()),
+                format!(
+                    "setup: done in {:.1}s; cached in {name}",
+                    started.elapsed().as_secs_f64()
+                ),
             );
             Ok(())
         }
@@ -243,14 +289,31 @@ async fn run_commands(
     // The registries the image's package managers use by default, asked of the tools in the
     // image, from a directory outside the project (whose own config files are not trusted).
     let mut asked = Vec::new();
+    let mut env = Vec::new();
     for (eco, _) in &detection.ecosystems {
-        let Some(question) = plan::registry_question(*eco) else { continue };
+        let Some(question) = plan::registry_question(*eco) else {
+            continue;
+        };
         let mut req = ExecRequest::shell(question, Duration::from_secs(60)).capture(4096, 0);
         req.workdir = Some("/tmp".into());
-        if let Ok(out) = sandbox.exec(req).await
-            && out.success()
-        {
-            asked.extend(plan::hosts_from_answer(&out.stdout.to_text()));
+        let Ok(out) = sandbox.exec(req).await else {
+            continue;
+        };
+        if !out.success() {
+            continue;
+        }
+        let answer = out.stdout.to_text();
+        if *eco == crate::project::Ecosystem::Go {
+            // The sandbox says GOPROXY=off; setup uses the image's own default.
+            let mut lines = answer.lines();
+            for name in ["GOPROXY", "GOSUMDB"] {
+                if let Some(v) = lines.next().filter(|v| !v.trim().is_empty()) {
+                    env.push((name.to_string(), v.trim().to_string()));
+                }
+            }
+        }
+        if !settings.setup.no_default_registries {
+            asked.extend(plan::hosts_from_answer(&answer));
         }
     }
     let rules: Vec<crate::egress::Rule> = asked.iter().filter_map(|h| h.parse().ok()).collect();
@@ -261,9 +324,10 @@ async fn run_commands(
         let left = deadline.saturating_duration_since(Instant::now());
         note(events, format!("setup: running `{command}`"));
         let seen = proxy.decisions().len();
-        let out = sandbox
-            .exec(ExecRequest::shell(command.clone(), left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024))
-            .await?;
+        let mut req = ExecRequest::shell(command.clone(), left.max(Duration::from_secs(1)))
+            .capture(16 * 1024, 48 * 1024);
+        req.env = env.clone();
+        let out = sandbox.exec(req).await?;
         let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
         events.emit(&Event::SetupOutput {
             command: command.clone(),
