@@ -17,15 +17,23 @@
 # Invariant after every request: no process of the sandbox user is left running except this
 # one. That is what makes a timeout real (a background child holding stdout is killed too) and
 # what lets the host reason about files without racing a stray writer.
-import base64
-import json
+# Imports are few and mostly built into the interpreter on purpose: they are read when the
+# sandbox starts, through the container's storage driver, and on fuse-overlayfs each Python
+# module file cost ~10 ms of a cold start (`subprocess`, `selectors`, `signal`'s enums, `re`
+# under `json` and `base64`). Measured: the import line took 100-500 ms of a cold start under
+# load with those modules and 20-40 ms without. The stand-ins below are small.
+import binascii
 import os
-import selectors
-import signal
+import select
 import struct
-import subprocess
-import sys
 import time
+
+import _signal as signal
+
+try:
+    import _json
+except ImportError:  # an interpreter without the C accelerator: the pure-Python module
+    _json = None
 
 PROTOCOL = 1
 READ_CHUNK = 1 << 16
@@ -69,6 +77,54 @@ def harden():
 pending_input = bytearray()
 
 
+def b64(data):
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def json_codec():
+    """`json.loads` and compact `json.dumps`, straight from the C accelerator the `json` package
+    itself uses, without importing the package (and `re` with it); the package if that fails."""
+    if _json is not None:
+        try:
+            class Context:
+                strict = True
+                object_hook = None
+                object_pairs_hook = None
+                parse_float = float
+                parse_int = int
+                parse_constant = float  # NaN and Infinity, as json.loads reads them
+                memo = {}
+
+            scan = _json.make_scanner(Context())
+
+            def default(obj):
+                raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+            encode = _json.make_encoder(None, default, _json.encode_basestring_ascii, None,
+                                        ":", ",", False, False, True)
+
+            def loads(data):
+                try:
+                    return scan(data.decode("utf-8"), 0)[0]
+                except StopIteration:
+                    raise ValueError("not a JSON document") from None
+
+            def dumps(obj):
+                return "".join(encode(obj, 0))
+
+            probe = {"a": [1, 2.5, None, True, False, "\u00e9\n\"", {}]}
+            if loads(dumps(probe).encode()) == probe:
+                return loads, dumps
+        except Exception:
+            pass
+    import json
+
+    return json.loads, lambda obj: json.dumps(obj, separators=(",", ":"))
+
+
+json_loads, json_dumps = json_codec()
+
+
 class HostGone(Exception):
     """stdin reached EOF: agentbox is gone, and so must we be."""
 
@@ -101,11 +157,11 @@ def recv():
     body = read_exact(0, length)
     if body is None:
         return None
-    return json.loads(body)
+    return json_loads(body)
 
 
 def send(obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    data = json_dumps(obj).encode()
     out = struct.pack(">I", len(data)) + data
     view = memoryview(out)
     while view:
@@ -144,8 +200,8 @@ class Capture:
 
     def to_json(self):
         return {
-            "head": base64.b64encode(bytes(self.head)).decode(),
-            "tail": base64.b64encode(bytes(self.tail)).decode(),
+            "head": b64(self.head),
+            "tail": b64(self.tail),
             "total": self.total,
         }
 
@@ -164,8 +220,59 @@ def oom_kills():
     return None
 
 
-def spawn(argv, **kwargs):
-    """Popen, with the command at the highest OOM score: when the sandbox runs out of memory the
+class Proc:
+    """The little of `subprocess.Popen` a command needs: its pid, its pipes (raw descriptors),
+    and its exit status, which `reap` may collect first (we are init: every child is ours)."""
+
+    def __init__(self, pid, stdin, stdout, stderr):
+        self.pid = pid
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self):
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                # Reaped by `reap` in the meantime, which recorded the status.
+                break
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def find_program(name, env):
+    """The program `name` names, searched on the command's own PATH, as execvpe would."""
+    if "/" in name:
+        return name
+    denied = None
+    for d in env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep):
+        path = os.path.join(d or ".", name)
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return path
+            denied = path
+    if denied is not None:
+        raise PermissionError(13, os.strerror(13), denied)
+    raise FileNotFoundError(2, os.strerror(2), name)
+
+
+def spawn(argv, cwd, env, stdin, merge):
+    """Starts `argv` in a new session with its stdout (and stderr, or both on one pipe when
+    `merge`) on pipes, and stdin a pipe when `stdin` else /dev/null. posix_spawn: a vfork and an
+    exec, as `subprocess` does, without importing it. Our descriptors are all close-on-exec
+    (Python opens them so), so the command inherits exactly 0, 1 and 2.
+
+    The command starts at the highest OOM score: when the sandbox runs out of memory the
     kernel's OOM killer must pick a command, never us (we are PID 1: without us the session
     ends). Memory that belongs to no process, such as files in the tmpfs mounts, is charged to
     the container too, and at equal scores the killer takes the largest process, which is
@@ -174,21 +281,84 @@ def spawn(argv, **kwargs):
     The child inherits our score at fork, so we raise our own for the instant of the spawn and
     put it back. Raising needs no privilege, and the kernel never refuses going back to the
     score we started with (its floor is at most what the engine set). Setting it in the child
-    instead (preexec_fn) cannot work: until exec the child is undumpable like us and may not
-    open its own /proc files, and it would cost a fork instead of a vfork, ~2 ms a command."""
-    if own_oom_fd is None:
-        return subprocess.Popen(argv, **kwargs)
+    instead cannot work: until exec the child is undumpable like us and may not open its own
+    /proc files, and it would cost a fork instead of a vfork, ~2 ms a command."""
+    ours, theirs = [], []
     try:
-        os.pwrite(own_oom_fd, b"1000", 0)
-    except OSError:
-        pass
-    try:
-        return subprocess.Popen(argv, **kwargs)
-    finally:
+        if stdin:
+            child_in, parent_in = os.pipe()
+            ours.append(parent_in)
+            theirs.append(child_in)
+        else:
+            child_in, parent_in = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC), None
+            theirs.append(child_in)
+        parent_out, child_out = os.pipe()
+        ours.append(parent_out)
+        theirs.append(child_out)
+        if merge:
+            parent_err, child_err = None, child_out
+        else:
+            parent_err, child_err = os.pipe()
+            ours.append(parent_err)
+            theirs.append(child_err)
+        actions = [(os.POSIX_SPAWN_DUP2, child_in, 0), (os.POSIX_SPAWN_DUP2, child_out, 1),
+                   (os.POSIX_SPAWN_DUP2, child_err, 2)]
+        # posix_spawn has no working directory of its own: ours, for the instant of the spawn
+        # (one thread; every path we use elsewhere is absolute). The program is looked up from
+        # there too, as execvp in the command's directory would.
+        os.chdir(cwd)
         try:
-            os.pwrite(own_oom_fd, own_oom_score, 0)
-        except OSError:
-            pass
+            program = find_program(argv[0], env)
+        except BaseException:
+            os.chdir("/")
+            raise
+        if own_oom_fd is not None:
+            try:
+                os.pwrite(own_oom_fd, b"1000", 0)
+            except OSError:
+                pass
+        try:
+            # SIGPIPE and SIGXFSZ back to their defaults: the interpreter ignores them, and an
+            # ignored signal stays ignored across exec (`yes | head` must end).
+            pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=True,
+                                 setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        finally:
+            os.chdir("/")
+            if own_oom_fd is not None:
+                try:
+                    os.pwrite(own_oom_fd, own_oom_score, 0)
+                except OSError:
+                    pass
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    return Proc(pid, parent_in, parent_out, parent_err)
+
+
+class Poller:
+    """What the command loop needs of `selectors`, over poll(2): a payload per descriptor, and
+    every event (hang-up and error included) reported as ready, so the read or write that
+    follows finds out what happened."""
+
+    def __init__(self):
+        self.poll = select.poll()
+        self.data = {}
+
+    def register(self, fd, events, data):
+        self.poll.register(fd, events)
+        self.data[fd] = data
+
+    def unregister(self, fd):
+        if self.data.pop(fd, None) is not None:
+            self.poll.unregister(fd)
+
+    def select(self, timeout):
+        ready = self.poll.poll(timeout * 1000.0)
+        return [(fd, self.data[fd]) for fd, _ in ready if fd in self.data]
 
 
 def reap(proc=None):
@@ -264,8 +434,8 @@ def result(code, out=b"", err=b""):
         "exit": code,
         "signal": None,
         "timed_out": False,
-        "stdout": {"head": base64.b64encode(out).decode(), "tail": "", "total": len(out)},
-        "stderr": {"head": base64.b64encode(err).decode(), "tail": "", "total": len(err)},
+        "stdout": {"head": b64(out), "tail": "", "total": len(out)},
+        "stderr": {"head": b64(err), "tail": "", "total": len(err)},
         "oom_kills": 0,
         "elapsed": 0.0,
     }
@@ -415,7 +585,7 @@ NATIVE = {
 def run(req):
     native = req.get("native")
     if native and native.get("op") in NATIVE:
-        data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+        data = binascii.a2b_base64(req["stdin"]) if req.get("stdin") is not None else None
         started = time.monotonic()
         resp = NATIVE[native["op"]](native.get("args") or [], data)
         resp["elapsed"] = time.monotonic() - started
@@ -440,7 +610,7 @@ def run(req):
             argv = ["bash", "-c", args[0]]
             merge = True
     timeout = float(req.get("timeout", 120))
-    stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+    stdin_data = binascii.a2b_base64(req["stdin"]) if req.get("stdin") is not None else None
     out = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)), lines is not None)
     err = Capture(int(req.get("head", 65536)), int(req.get("tail", 65536)))
     env = dict(os.environ)
@@ -448,40 +618,34 @@ def run(req):
     oom_before = oom_kills()
     started = time.monotonic()
     try:
-        proc = spawn(
-            argv,
-            cwd=req.get("cwd") or "/workspace",
-            env=env,
-            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = spawn(argv, req.get("cwd") or "/workspace", env, stdin_data is not None, merge)
     except OSError as e:
         return {"spawn_error": f"{argv[0]}: {e.strerror or e}", "errno": e.errno}
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, IndexError) as e:
         # E.g. an argument with a NUL byte: the command cannot exist, say so like a shell would.
         return {"spawn_error": f"{argv[0] if argv else ''}: {e}", "errno": None}
 
-    sel = selectors.DefaultSelector()
+    sel = Poller()
     pipes = [(proc.stdout, out)] + ([] if proc.stderr is None else [(proc.stderr, err)])
-    for pipe, capture in pipes:
-        os.set_blocking(pipe.fileno(), False)
-        sel.register(pipe.fileno(), selectors.EVENT_READ, capture)
+    for fd, capture in pipes:
+        os.set_blocking(fd, False)
+        sel.register(fd, select.POLLIN, capture)
     pending = memoryview(stdin_data) if stdin_data is not None else None
+    stdin_fd = proc.stdin
     if pending is not None:
-        os.set_blocking(proc.stdin.fileno(), False)
+        os.set_blocking(stdin_fd, False)
         if len(pending) == 0:
-            proc.stdin.close()
+            os.close(stdin_fd)
+            stdin_fd = None
             pending = None
         else:
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
-    sel.register(0, selectors.EVENT_READ, "host")
+            sel.register(stdin_fd, select.POLLOUT, "stdin")
+    sel.register(0, select.POLLIN, "host")
     pidfd = None
     if hasattr(os, "pidfd_open"):
         try:
             pidfd = os.pidfd_open(proc.pid)
-            sel.register(pidfd, selectors.EVENT_READ, "exit")
+            sel.register(pidfd, select.POLLIN, "exit")
         except OSError:
             pidfd = None
 
@@ -489,7 +653,7 @@ def run(req):
     timed_out = False
     swept = False
     drain_until = None
-    streams = {pipe.fileno() for pipe, _ in pipes}
+    streams = {fd for fd, _ in pipes}
     while True:
         now = time.monotonic()
         reap(proc)
@@ -516,56 +680,53 @@ def run(req):
         until = drain_until if drain_until is not None else deadline
         # Wake up now and then to reap orphans that exit while the command runs.
         wait = min(max(0.0, until - now), 0.05 if pidfd is None else 0.25)
-        if not sel.get_map():
+        if not sel.data:
             time.sleep(wait)
             continue
-        for key, _ in sel.select(wait):
-            if key.data == "host":
+        for fd, data in sel.select(wait):
+            if data == "host":
                 try:
                     watch_host()
                 except HostGone:
-                    sel.close()
                     sweep()
                     raise
                 continue
-            if key.data == "exit":
-                sel.unregister(key.fd)
+            if data == "exit":
+                sel.unregister(fd)
                 continue
-            if key.data == "stdin":
+            if data == "stdin":
                 try:
-                    written = os.write(key.fd, pending[:READ_CHUNK])
+                    written = os.write(fd, pending[:READ_CHUNK])
                     pending = pending[written:]
                 except BlockingIOError:
                     continue
                 except OSError:
                     pending = pending[:0]
                 if len(pending) == 0:
-                    sel.unregister(key.fd)
-                    proc.stdin.close()
+                    sel.unregister(fd)
+                    os.close(fd)
+                    stdin_fd = None
                 continue
             try:
-                chunk = os.read(key.fd, READ_CHUNK)
+                chunk = os.read(fd, READ_CHUNK)
             except BlockingIOError:
                 continue
             except OSError:
                 chunk = b""
             if chunk:
-                key.data.add(chunk)
+                data.add(chunk)
             else:
-                sel.unregister(key.fd)
-                streams.discard(key.fd)
+                sel.unregister(fd)
+                streams.discard(fd)
     if pidfd is not None:
-        if pidfd in sel.get_map():
-            sel.unregister(pidfd)
         os.close(pidfd)
-    sel.close()
-    if proc.stdin is not None and not proc.stdin.closed:
+    if stdin_fd is not None:
         try:
-            proc.stdin.close()
+            os.close(stdin_fd)
         except OSError:
             pass
-    for pipe, _ in pipes:
-        pipe.close()
+    for fd, _ in pipes:
+        os.close(fd)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     code = proc.wait()
