@@ -753,24 +753,25 @@ def start_egress_forwarder():
     proxy socket mounted read-only there), listen on this sandbox's own loopback and forward
     each connection to the socket. The container keeps network "none"; the host-side proxy
     decides what each connection may reach. Threads, so the command loop is untouched; they
-    die with us."""
+    die with us. Built-in modules only, like the rest of this file (and only when asked)."""
     path = os.environ.get("AGENTBOX_EGRESS_SOCKET")
     port = os.environ.get("AGENTBOX_EGRESS_PORT")
     if not path or not port:
         return
-    import socket
-    import threading
+    import _socket
+    import _thread
 
     try:
-        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        srv.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         srv.bind(("127.0.0.1", int(port)))
         srv.listen(64)
     except (OSError, ValueError) as e:
-        sys.stderr.write(f"agentbox-exec: cannot listen for the egress proxy: {e}\n")
+        os.write(2, f"agentbox-exec: cannot listen for the egress proxy: {e}\n".encode())
         return
     # Each connection costs two threads, which count against the pids limit: bound them.
-    slots = threading.BoundedSemaphore(64)
+    lock = _thread.allocate_lock()
+    open_conns = [0]
 
     def pipe(src, dst):
         try:
@@ -782,42 +783,59 @@ def start_egress_forwarder():
         except OSError:
             pass
         try:
-            dst.shutdown(socket.SHUT_WR)
+            dst.shutdown(_socket.SHUT_WR)
         except OSError:
             pass
 
     def serve(client):
         try:
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             try:
                 upstream.connect(path)
             except OSError:
                 upstream.close()
                 return
-            back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
-            back.start()
+            done = _thread.allocate_lock()
+            done.acquire()
+
+            def back():
+                try:
+                    pipe(upstream, client)
+                finally:
+                    done.release()
+
+            _thread.start_new_thread(back, ())
             pipe(client, upstream)
-            back.join()
+            done.acquire()
             upstream.close()
         finally:
             client.close()
-            slots.release()
+            with lock:
+                open_conns[0] -= 1
 
     def accept():
         while True:
             try:
-                client, _ = srv.accept()
+                fd, _ = srv._accept()
             except OSError:
                 time.sleep(0.05)
                 continue
-            slots.acquire()
+            client = _socket.socket(fileno=fd)
+            with lock:
+                full = open_conns[0] >= 64
+                if not full:
+                    open_conns[0] += 1
+            if full:
+                client.close()
+                continue
             try:
-                threading.Thread(target=serve, args=(client,), daemon=True).start()
+                _thread.start_new_thread(serve, (client,))
             except RuntimeError:
                 client.close()
-                slots.release()
+                with lock:
+                    open_conns[0] -= 1
 
-    threading.Thread(target=accept, daemon=True).start()
+    _thread.start_new_thread(accept, ())
 
 
 def main():
