@@ -1046,7 +1046,9 @@ async fn bench_upstream() -> std::net::SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -1112,8 +1114,18 @@ async fn egress(n: usize, repeats: usize) {
         via.push(ms(t.elapsed()));
     }
     let (d, v) = (stats(direct), stats(via));
-    row("egress: 100-byte GET, direct to the loopback server", &d, "ms", &format!("n={n}"));
-    row("egress: 100-byte GET through the proxy (host side)", &v, "ms", &format!("n={n}; added {:.2} ms", v.median - d.median));
+    row(
+        "egress: 100-byte GET, direct to the loopback server",
+        &d,
+        "ms",
+        &format!("n={n}"),
+    );
+    row(
+        "egress: 100-byte GET through the proxy (host side)",
+        &v,
+        "ms",
+        &format!("n={n}; added {:.2} ms", v.median - d.median),
+    );
     let big_origin = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n".to_string();
     let big_absolute = format!("GET http://127.0.0.1:{port}/big HTTP/1.1\r\nHost: x\r\n\r\n");
     let (mut direct, mut via) = (Vec::new(), Vec::new());
@@ -1123,18 +1135,34 @@ async fn egress(n: usize, repeats: usize) {
         assert!(got > 100_000_000);
         direct.push(100.0 / t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let got = read_all(tokio::net::UnixStream::connect(&sock).await.unwrap(), &big_absolute).await;
+        let got = read_all(
+            tokio::net::UnixStream::connect(&sock).await.unwrap(),
+            &big_absolute,
+        )
+        .await;
         assert!(got > 100_000_000);
         via.push(100.0 / t.elapsed().as_secs_f64());
     }
-    row("egress: 100 MB download, direct", &stats(direct), "MB/s", &format!("n={repeats}"));
-    row("egress: 100 MB download through the proxy (host side)", &stats(via), "MB/s", &format!("n={repeats}"));
+    row(
+        "egress: 100 MB download, direct",
+        &stats(direct),
+        "MB/s",
+        &format!("n={repeats}"),
+    );
+    row(
+        "egress: 100 MB download through the proxy (host side)",
+        &stats(via),
+        "MB/s",
+        &format!("n={repeats}"),
+    );
     // From inside a sandbox: the executor's loopback forwarder, then the proxy.
     let project = project_with(&[]);
     let mut cfg = config(false);
     cfg.extras.egress_socket = Some(sock.clone());
     let docker = connect_docker().await.unwrap();
-    let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap()).await.unwrap();
+    let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap())
+        .await
+        .unwrap();
     let script = format!(
         r#"
 import socket, time
@@ -1156,25 +1184,43 @@ print(small[len(small) // 2], small[int((len(small) - 1) * 0.9)], big[len(big) /
 "#
     );
     let out = sb
-        .exec(ExecRequest::argv(["python3", "-c", script.as_str()], Duration::from_secs(600)))
+        .exec(ExecRequest::argv(
+            ["python3", "-c", script.as_str()],
+            Duration::from_secs(600),
+        ))
         .await
         .unwrap();
-    let nums: Vec<f64> = out.stdout.to_text().split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let nums: Vec<f64> = out
+        .stdout
+        .to_text()
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     if nums.len() == 4 {
         row(
             "egress: 100-byte GET from the sandbox (forwarder + proxy)",
-            &Stats { median: nums[0], p90: nums[1] },
+            &Stats {
+                median: nums[0],
+                p90: nums[1],
+            },
             "ms",
             &format!("n={n}; python3 client in the sandbox"),
         );
         row(
             "egress: 100 MB download from the sandbox (forwarder + proxy)",
-            &Stats { median: nums[2], p90: nums[3] },
+            &Stats {
+                median: nums[2],
+                p90: nums[3],
+            },
             "MB/s",
             &format!("n={repeats}"),
         );
     } else {
-        println!("sandbox egress rows failed: {} {}", out.stdout.to_text(), out.stderr.to_text());
+        println!(
+            "sandbox egress rows failed: {} {}",
+            out.stdout.to_text(),
+            out.stderr.to_text()
+        );
     }
     sb.shutdown().await.unwrap();
 }

@@ -313,3 +313,44 @@ async fn default_setups_fail_cleanly_when_their_registry_is_not_allowed() {
         assert!(caches_of(&project).await.is_empty());
     }
 }
+
+/// `--agent-network allowlist`: the agent's commands get the proxy and its allowlist, and
+/// nothing more; their decisions are the report's, marked as the agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_network_opt_in_gives_the_agent_the_allowlist_only() {
+    let up = Upstream::http(std::collections::HashMap::from([(
+        "/hello".to_string(),
+        support::upstream::Body::Bytes(b"hello agent".to_vec()),
+    )]))
+    .await;
+    let port = up.addr.port();
+    let project = Project::new(&[("README.md", "nothing to install\n")]);
+    let fetch = format!(
+        "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/hello\", timeout=30).read().decode())'; \
+         python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:1/\", timeout=30)' 2>&1 | tail -1"
+    );
+    let allow = format!("127.0.0.1:{port}");
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash(&fetch)]}, done("Fetched.")]),
+        &["--agent-network", "allowlist", "--allow-host", allow.as_str()],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (_, out, _) = run.result(0);
+    assert!(out.contains("hello agent"), "{out}");
+    assert!(
+        out.contains("403") && !out.contains("Connection refused"),
+        "port 1 is refused by the proxy: {out}"
+    );
+    assert!(
+        run.stderr.contains("WARNING: --agent-network allowlist"),
+        "{}",
+        run.stderr
+    );
+    let egress = run.report.as_ref().unwrap()["egress"].as_array().unwrap().clone();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    assert!(egress.iter().all(|d| d["phase"] == "agent"));
+    assert_eq!(egress.iter().filter(|d| d["allowed"] == json!(true)).count(), 1);
+    assert_eq!(up.count(), 1);
+}

@@ -790,6 +790,48 @@ mod tests {
     }
 
     #[test]
+    fn the_egress_socket_and_caches_are_only_there_when_given() {
+        let plain = spec().create_body(MainProcess::Executor, None);
+        let mounts = plain.host_config.unwrap().mounts.unwrap();
+        assert!(mounts.iter().all(|m| m.target.as_deref() != Some(EGRESS_SOCKET)));
+        assert!(
+            plain
+                .env
+                .unwrap()
+                .iter()
+                .all(|e| !e.starts_with("AGENTBOX_EGRESS"))
+        );
+        let mut s = spec();
+        s.extras = Extras {
+            egress_socket: Some("/tmp/x/proxy.sock".into()),
+            volumes: vec![VolumeMount {
+                name: "cache".into(),
+                target: "/opt/deps".into(),
+                read_only: true,
+            }],
+            env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
+        };
+        let body = s.create_body(MainProcess::Executor, None);
+        let hc = body.host_config.unwrap();
+        assert_eq!(hc.network_mode.as_deref(), Some("none"), "still no network");
+        let mounts = hc.mounts.unwrap();
+        let sock = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(EGRESS_SOCKET))
+            .unwrap();
+        assert_eq!((sock.read_only, sock.typ), (Some(true), Some(MountType::BIND)));
+        let cache = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/opt/deps"))
+            .unwrap();
+        assert_eq!(cache.read_only, Some(true));
+        let env = body.env.unwrap();
+        assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
+        assert!(env.contains(&"PATH=/opt/deps/bin:/usr/bin".to_string()));
+        assert!(env.contains(&format!("AGENTBOX_EGRESS_PORT={EGRESS_PORT}")));
+    }
+
+    #[test]
     fn keepalive_runs_as_another_uid() {
         let mut s = spec();
         assert_eq!(s.keepalive_uid(), 65534);
