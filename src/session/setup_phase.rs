@@ -360,6 +360,23 @@ async fn run_commands(
             });
         }
     }
+    // Every tool's directory exists before the cache turns read-only: a tool that finds its
+    // home missing would try to create it, and fail, in the agent phase.
+    let dirs = ["cargo", "go-mod", "npm"].map(|d| format!("{DEPS_DIR}/{d}"));
+    let out = sandbox
+        .exec(ExecRequest::argv(
+            ["mkdir", "-p"].into_iter().map(String::from).chain(dirs),
+            Duration::from_secs(30),
+        ))
+        .await?;
+    if !out.success() {
+        return Err(SetupError::Failed {
+            command: format!("mkdir -p {DEPS_DIR}/..."),
+            status: out.status_line(),
+            output: out.stderr.to_text(),
+            blocked: String::new(),
+        });
+    }
     Ok(())
 }
 
