@@ -138,7 +138,7 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
     );
 
     let t1 = Instant::now();
-    let warm = hostile(&project, turns, &args).await;
+    let warm = hostile(&project, turns.clone(), &args).await;
     let warm_secs = t1.elapsed().as_secs_f64();
     assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
     assert_eq!(index.count(), requests, "the second run asked the index nothing");
@@ -153,7 +153,19 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
         warm.report.as_ref().unwrap().get("egress").is_none(),
         "no proxy ran"
     );
-    eprintln!("setup fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s");
+    // For the figure only: the same run without setup (its tests fail, the package is missing).
+    let t2 = Instant::now();
+    let bare = hostile(&project, turns, &["--no-setup", "--command-timeout", "300"]).await;
+    let bare_secs = t2.elapsed().as_secs_f64();
+    assert_eq!(
+        bare.code,
+        Some(1),
+        "without the package the tests fail: {}",
+        bare.stderr
+    );
+    eprintln!(
+        "setup fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s, run without setup {bare_secs:.1}s"
+    );
     assert_eq!(remove_caches(&project).await, 2);
 }
 
