@@ -71,6 +71,10 @@ pub enum Event<'a> {
         phase: &'static str,
         decision: crate::egress::Decision,
     },
+    /// A line of a setup command's output, as it is written.
+    SetupLine {
+        line: String,
+    },
     /// One setup command's end and output (head and tail).
     SetupOutput {
         command: String,
@@ -308,14 +312,11 @@ impl EventSink for Printer {
                     let _ = writeln!(out, "agentbox: egress: {reason}");
                 }
             }
-            Event::SetupOutput {
-                command,
-                status,
-                output,
-            } => {
-                for line in output.lines() {
-                    let _ = writeln!(out, "  | {line}");
-                }
+            Event::SetupLine { line } => {
+                let _ = writeln!(out, "  | {line}");
+            }
+            // The output was shown line by line as it came.
+            Event::SetupOutput { command, status, .. } => {
                 let _ = writeln!(out, "agentbox: setup: `{}`: {status}", one_line(command, 120));
             }
             Event::Verifying { command } => {

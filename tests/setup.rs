@@ -126,9 +126,20 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
     );
     assert!(
         cold.stderr
-            .contains("Successfully installed agentbox-fixture-pkg-1.0"),
+            .contains("  | Successfully installed agentbox-fixture-pkg-1.0"),
         "{}",
         cold.stderr
+    );
+    // Streamed line by line as it was written, not only at the command's end.
+    let lines: Vec<&str> = cold
+        .events
+        .iter()
+        .filter(|e| e["event"] == "setup_line")
+        .filter_map(|e| e["line"].as_str())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("Successfully installed")),
+        "{lines:?}"
     );
     assert!(project.file(".venv").symlink_metadata().is_err() && !project.file("venv").exists());
     assert_eq!(

@@ -324,10 +324,25 @@ async fn run_commands(
         let left = deadline.saturating_duration_since(Instant::now());
         note(events, format!("setup: running `{command}`"));
         let seen = proxy.decisions().len();
-        let mut req = ExecRequest::shell(command.clone(), left.max(Duration::from_secs(1)))
-            .capture(16 * 1024, 48 * 1024);
+        let follower = follow_output(sandbox, events).await;
+        // The output also goes to a file the follower streams from; the command's own status
+        // is the verdict (not tee's, which a full disk could fail).
+        let wrapped = format!("{{ {command}\n}} 2>&1 | tee -a {SETUP_LOG}; exit \"${{PIPESTATUS[0]}}\"");
+        let mut req =
+            ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
         req.env = env.clone();
-        let out = sandbox.exec(req).await?;
+        let out = sandbox.exec(req).await;
+        if let Some(task) = follower {
+            // The sweep after the command ended the follower; let it print what it had.
+            let mut task = task;
+            if tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+        let out = out?;
         let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
         events.emit(&Event::SetupOutput {
             command: command.clone(),
@@ -378,6 +393,53 @@ async fn run_commands(
         });
     }
     Ok(())
+}
+
+/// Where a setup command's output is written as it runs, for the follower.
+const SETUP_LOG: &str = "/run/agentbox/setup-output";
+
+/// Lines of one command shown as they come.
+const MAX_LIVE_LINES: usize = 2000;
+
+/// Stream what the next command writes to [`SETUP_LOG`] as `Event::SetupLine`s. `None` if it
+/// cannot (the output is still in the error when the command fails).
+async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<tokio::task::JoinHandle<()>> {
+    let truncate = ExecRequest::argv(["sh", "-c", &format!(": > {SETUP_LOG}")], Duration::from_secs(30));
+    if !sandbox.exec(truncate).await.ok()?.success() {
+        return None;
+    }
+    let stream = sandbox.follow(SETUP_LOG).await.ok()?;
+    let events = events.clone();
+    Some(tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut stream = Box::pin(stream);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut shown = 0usize;
+        while let Some(chunk) = stream.next().await {
+            pending.extend_from_slice(&chunk);
+            while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=i).collect();
+                // Bounded: past this, a flood is summed up, not printed.
+                if shown < MAX_LIVE_LINES {
+                    events.emit(&Event::SetupLine {
+                        line: String::from_utf8_lossy(&line[..line.len() - 1]).into_owned(),
+                    });
+                }
+                shown += 1;
+            }
+            if pending.len() > 64 * 1024 {
+                pending.clear();
+            }
+        }
+        if shown > MAX_LIVE_LINES {
+            events.emit(&Event::SetupLine {
+                line: format!(
+                    "... {} more lines (the trajectory has the head and the tail)",
+                    shown - MAX_LIVE_LINES
+                ),
+            });
+        }
+    }))
 }
 
 fn merge(stdout: &str, stderr: &str) -> String {
