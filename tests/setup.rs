@@ -13,23 +13,6 @@ use support::*;
 
 const VENV: &str = "/opt/agentbox-deps/venv";
 
-/// The cache volumes of `project` (data and commit marker), removed.
-async fn remove_caches(project: &Project) -> usize {
-    let docker = docker().await;
-    let path = project.path().display().to_string();
-    let mut n = 0;
-    for (name, of) in agentbox::sandbox::caches::list(&docker).await.unwrap() {
-        if of == path {
-            assert!(
-                agentbox::sandbox::caches::remove(&docker, &name).await,
-                "{name} in use"
-            );
-            n += 1;
-        }
-    }
-    n
-}
-
 async fn caches_of(project: &Project) -> Vec<String> {
     let docker = docker().await;
     let path = project.path().display().to_string();
@@ -177,7 +160,24 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
     eprintln!(
         "setup fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s, run without setup {bare_secs:.1}s"
     );
-    assert_eq!(remove_caches(&project).await, 2);
+    // Plain gc leaves the caches; gc --caches lists and removes them.
+    let gc = run(agentbox().arg("gc"));
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    assert_eq!(caches_of(&project).await.len(), 2, "plain gc took a cache");
+    let gc = run(agentbox().args(["gc", "--caches"]));
+    let listed = text(&gc.stdout);
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    let path = project.path().display().to_string();
+    assert_eq!(
+        listed
+            .lines()
+            .filter(|l| l.starts_with("removed cache agentbox-cache-")
+                && l.ends_with(&format!("(project {path})")))
+            .count(),
+        2,
+        "{listed}"
+    );
+    assert!(caches_of(&project).await.is_empty());
 }
 
 /// A failed setup stops the run with exit 4 and its output, and leaves no cache.
