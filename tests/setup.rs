@@ -377,3 +377,19 @@ async fn the_agent_network_opt_in_gives_the_agent_the_allowlist_only() {
     assert_eq!(egress.iter().filter(|d| d["allowed"] == json!(true)).count(), 1);
     assert_eq!(up.count(), 1);
 }
+
+/// `--isolate` promises the project is only read until `--apply`: its setup sees it read-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_runs_setup_cannot_write_the_project() {
+    let project = python_project();
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--isolate", "--setup", "touch /workspace/planted"],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    assert!(run.stderr.contains("Read-only file system"), "{}", run.stderr);
+    assert!(!project.file("planted").exists());
+    assert!(caches_of(&project).await.is_empty());
+}

@@ -52,6 +52,9 @@ pub struct Extras {
     pub volumes: Vec<VolumeMount>,
     /// Variables set after the fixed list, replacing any of the same name.
     pub env: Vec<(String, String)>,
+    /// Mount a bind-mounted project read-only (the setup phase of an `--isolate` run, which
+    /// promises not to write the project).
+    pub workspace_read_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -445,7 +448,11 @@ impl SandboxSpec {
                     }),
                     ..Default::default()
                 };
-                let mut m = vec![bind(project, WORKSPACE.to_string(), false)];
+                let mut m = vec![bind(
+                    project,
+                    WORKSPACE.to_string(),
+                    self.extras.workspace_read_only,
+                )];
                 // Docker mounts parents first, so these land on top of the workspace bind.
                 for rel in protected {
                     m.push(bind(
@@ -810,6 +817,7 @@ mod tests {
                 read_only: true,
             }],
             env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
+            workspace_read_only: true,
         };
         let body = s.create_body(MainProcess::Executor, None);
         let hc = body.host_config.unwrap();

@@ -234,6 +234,8 @@ async fn fill(
             .into_iter()
             .chain(proxy_env())
             .collect(),
+        // `--isolate` promises the project is only read until `--apply`.
+        workspace_read_only: settings.isolate.is_some(),
     };
     let spec = setup_cfg.bind_spec(project)?;
     note(
