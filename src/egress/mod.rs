@@ -22,10 +22,7 @@ pub const SANDBOX_PORT: u16 = 3128;
 pub mod transport {
     use std::path::Path;
 
-    /// Where the socket appears inside the sandbox.
-    pub const SANDBOX_SOCKET: &str = "/run/agentbox-egress.sock";
-
-    /// The host path to mount at [`SANDBOX_SOCKET`].
+    /// The host path the sandbox mounts (at `sandbox::EGRESS_SOCKET`, read-only).
     pub fn mount_source(proxy: &super::Proxy) -> &Path {
         proxy.socket_path()
     }
