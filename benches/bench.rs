@@ -4,8 +4,8 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick [loop]]   ("quick" runs fewer iterations,
-//! "loop" only the tools-through-the-loop rows)
+//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|eval]]   ("quick" runs fewer
+//! iterations, "loop" only the tools-through-the-loop rows, "egress" only the proxy's)
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;
@@ -1022,6 +1022,10 @@ async fn main() {
     if args.iter().any(|a| a == "startup") {
         return startup(starts).await;
     }
+    // `-- egress`: the egress proxy's added latency and its throughput, on loopback.
+    if args.iter().any(|a| a == "egress") {
+        return egress(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
+    }
     through_the_loop(if quick { 40 } else { 100 }, if quick { 3 } else { 5 }).await;
     // `-- quick loop`: only the rows above, for working on them.
     if args.iter().any(|a| a == "loop") {
@@ -1032,4 +1036,191 @@ async fn main() {
     load_and_flood(repeats);
     big_repo(repo).await;
     eval_throughput();
+}
+
+/// A loopback HTTP server: `/small` (100 bytes) and `/big` (100 MB), one request per
+/// connection.
+async fn bench_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let big = String::from_utf8_lossy(&buf).contains(" /big ");
+                let len: u64 = if big { 100_000_000 } else { 100 };
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+                let _ = s.write_all(head.as_bytes()).await;
+                let zeros = vec![0u8; 256 * 1024];
+                let mut left = len;
+                while left > 0 {
+                    let k = left.min(zeros.len() as u64) as usize;
+                    if s.write_all(&zeros[..k]).await.is_err() {
+                        return;
+                    }
+                    left -= k as u64;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+async fn read_all<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S, request: &str) -> usize {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut n = 0;
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return n,
+            Ok(k) => n += k,
+        }
+    }
+}
+
+async fn egress(n: usize, repeats: usize) {
+    use agentbox::egress::{Allowlist, Limits, Policy, Proxy, StaticResolver};
+    let addr = bench_upstream().await;
+    let port = addr.port();
+    let policy = Policy {
+        allowlist: Allowlist::parse(&[format!("127.0.0.1:{port}")]).unwrap(),
+        resolver: Arc::new(StaticResolver::default()),
+        own: Default::default(),
+    };
+    let proxy = Proxy::start(policy, Limits::default(), None).unwrap();
+    let sock = proxy.socket_path().to_path_buf();
+    let origin = "GET /small HTTP/1.1\r\nHost: x\r\n\r\n".to_string();
+    let absolute = format!("GET http://127.0.0.1:{port}/small HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        read_all(tokio::net::TcpStream::connect(addr).await.unwrap(), &origin).await;
+        direct.push(ms(t.elapsed()));
+        let t = Instant::now();
+        read_all(tokio::net::UnixStream::connect(&sock).await.unwrap(), &absolute).await;
+        via.push(ms(t.elapsed()));
+    }
+    let (d, v) = (stats(direct), stats(via));
+    row(
+        "egress: 100-byte GET, direct to the loopback server",
+        &d,
+        "ms",
+        &format!("n={n}"),
+    );
+    row(
+        "egress: 100-byte GET through the proxy (host side)",
+        &v,
+        "ms",
+        &format!("n={n}; added {:.2} ms", v.median - d.median),
+    );
+    let big_origin = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n".to_string();
+    let big_absolute = format!("GET http://127.0.0.1:{port}/big HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let t = Instant::now();
+        let got = read_all(tokio::net::TcpStream::connect(addr).await.unwrap(), &big_origin).await;
+        assert!(got > 100_000_000);
+        direct.push(100.0 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let got = read_all(
+            tokio::net::UnixStream::connect(&sock).await.unwrap(),
+            &big_absolute,
+        )
+        .await;
+        assert!(got > 100_000_000);
+        via.push(100.0 / t.elapsed().as_secs_f64());
+    }
+    row(
+        "egress: 100 MB download, direct",
+        &stats(direct),
+        "MB/s",
+        &format!("n={repeats}"),
+    );
+    row(
+        "egress: 100 MB download through the proxy (host side)",
+        &stats(via),
+        "MB/s",
+        &format!("n={repeats}"),
+    );
+    // From inside a sandbox: the executor's loopback forwarder, then the proxy.
+    let project = project_with(&[]);
+    let mut cfg = config(false);
+    cfg.extras.egress_socket = Some(sock.clone());
+    let docker = connect_docker().await.unwrap();
+    let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap())
+        .await
+        .unwrap();
+    let script = format!(
+        r#"
+import socket, time
+def get(path):
+    t = time.monotonic()
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"GET http://127.0.0.1:{port}" + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    n = 0
+    while True:
+        b = s.recv(262144)
+        if not b:
+            break
+        n += len(b)
+    s.close()
+    return time.monotonic() - t, n
+small = sorted(get(b"/small")[0] * 1000 for _ in range({n}))
+big = sorted(100 / get(b"/big")[0] for _ in range({repeats}))
+print(small[len(small) // 2], small[int((len(small) - 1) * 0.9)], big[len(big) // 2], big[int((len(big) - 1) * 0.9)])
+"#
+    );
+    let out = sb
+        .exec(ExecRequest::argv(
+            ["python3", "-c", script.as_str()],
+            Duration::from_secs(600),
+        ))
+        .await
+        .unwrap();
+    let nums: Vec<f64> = out
+        .stdout
+        .to_text()
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if nums.len() == 4 {
+        row(
+            "egress: 100-byte GET from the sandbox (forwarder + proxy)",
+            &Stats {
+                median: nums[0],
+                p90: nums[1],
+            },
+            "ms",
+            &format!("n={n}; python3 client in the sandbox"),
+        );
+        row(
+            "egress: 100 MB download from the sandbox (forwarder + proxy)",
+            &Stats {
+                median: nums[2],
+                p90: nums[3],
+            },
+            "MB/s",
+            &format!("n={repeats}"),
+        );
+    } else {
+        println!(
+            "sandbox egress rows failed: {} {}",
+            out.stdout.to_text(),
+            out.stderr.to_text()
+        );
+    }
+    sb.shutdown().await.unwrap();
 }

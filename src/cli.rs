@@ -201,6 +201,11 @@ pub struct GcArgs {
     /// Also remove resources of agentbox processes that are still running.
     #[arg(long)]
     pub all: bool,
+
+    /// List the dependency caches instead (setup's volumes, kept across runs); with --all,
+    /// remove them.
+    #[arg(long)]
+    pub caches: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -385,6 +390,51 @@ pub struct AgentArgs {
     /// --edit-format whole, --strategy auto (each can still be set otherwise).
     #[arg(long)]
     pub small_model: bool,
+
+    #[command(flatten)]
+    pub setup: SetupArgs,
+}
+
+/// The setup phase and its network (see README "Real projects").
+#[derive(Debug, Clone, Default, Args)]
+pub struct SetupArgs {
+    /// A command that installs what the tests need, run before the agent's first turn in a
+    /// container of its own whose only way out is the egress proxy; repeat it for several
+    /// [default: per ecosystem: a venv with the requirements or the project, npm ci, cargo
+    /// fetch, go mod download].
+    #[arg(long, value_name = "CMD")]
+    pub setup: Vec<String>,
+
+    /// Skip the setup phase.
+    #[arg(long, conflicts_with = "setup")]
+    pub no_setup: bool,
+
+    /// The longest the whole setup phase may take.
+    #[arg(long, value_name = "SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
+    pub setup_timeout: u64,
+
+    /// A host the egress proxy may connect to: NAME, *.SUFFIX, an IP address or CIDR range,
+    /// each with an optional :PORT (default 80 and 443); repeat it for several. A name never
+    /// reaches a loopback, private or link-local address: name the address itself for that.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
+
+    /// Do not allow the registries the image's package managers use by default (asked of
+    /// the tools in the image): only --allow-host and [network] allow.
+    #[arg(long)]
+    pub no_default_registries: bool,
+
+    /// The agent phase's network: none (the default), or the setup phase's allowlist through
+    /// the egress proxy.
+    #[arg(long, value_enum, default_value_t = AgentNetwork::None)]
+    pub agent_network: AgentNetwork,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentNetwork {
+    #[default]
+    None,
+    Allowlist,
 }
 
 /// How a task is worked on (`--strategy`).

@@ -40,6 +40,9 @@ pub struct SandboxConfig {
     pub per_call_exec: bool,
     /// The run's cleanup owner (from `app.rs`), handed to every sandbox this config starts.
     pub cleanup: crate::sandbox::Cleanup,
+    /// Egress socket and dependency caches for the sandboxes this config starts (the session
+    /// sets them; none by default).
+    pub extras: crate::sandbox::Extras,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -124,6 +127,7 @@ impl SandboxConfig {
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
             per_call_exec: args.per_call_exec,
             cleanup: Default::default(),
+            extras: Default::default(),
         })
     }
 
@@ -161,6 +165,7 @@ impl SandboxConfig {
             labels: Vec::new(),
             read_only: false,
             cleanup: self.cleanup.clone(),
+            extras: self.extras.clone(),
         })
     }
 
@@ -179,6 +184,7 @@ impl SandboxConfig {
             labels: Vec::new(),
             read_only: false,
             cleanup: self.cleanup.clone(),
+            extras: self.extras.clone(),
         })
     }
 }
@@ -399,6 +405,44 @@ pub struct AgentSettings {
     /// Every `--strategy` given (`eval` runs each); `strategy` is the first.
     pub strategies: Vec<crate::cli::Strategy>,
     pub repair: RepairSettings,
+    pub setup: SetupSettings,
+}
+
+/// The setup phase: what it runs, how long it may take, and where it may connect.
+#[derive(Debug, Clone, Default)]
+pub struct SetupSettings {
+    /// Given commands (`--setup`, `setup = [...]`); empty: the ecosystems' defaults.
+    pub commands: Vec<String>,
+    pub disabled: bool,
+    pub timeout: Duration,
+    /// `--allow-host` and `[network] allow`.
+    pub allow: Vec<crate::egress::Rule>,
+    /// `--agent-network allowlist`.
+    pub agent_network: bool,
+    /// `--no-default-registries`.
+    pub no_default_registries: bool,
+}
+
+impl SetupSettings {
+    pub fn from_args(args: &crate::cli::SetupArgs) -> Result<Self, UsageError> {
+        if args.setup.iter().any(|c| c.trim().is_empty()) {
+            return Err(UsageError("--setup: must not be empty".into()));
+        }
+        let allow = args
+            .allow_host
+            .iter()
+            .map(|r| r.parse::<crate::egress::Rule>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| UsageError(format!("--allow-host: {e}")))?;
+        Ok(SetupSettings {
+            commands: args.setup.clone(),
+            disabled: args.no_setup,
+            timeout: Duration::from_secs(args.setup_timeout),
+            allow,
+            agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
+            no_default_registries: args.no_default_registries,
+        })
+    }
 }
 
 /// `--strategy repair` and `auto`: how many candidates, how many tested at once.
@@ -501,6 +545,7 @@ impl AgentSettings {
                 attempts: args.attempts.unwrap_or(if small { 3 } else { 1 }),
                 retry_temperature: args.retry_temperature,
             },
+            setup: SetupSettings::from_args(&args.setup)?,
         })
     }
 }

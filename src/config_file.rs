@@ -72,6 +72,31 @@ pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> R
     known.sort();
     known.dedup();
     for (key, value) in table {
+        // `[network] allow = [...]`: the allowlist, as if given with --allow-host.
+        if key == "network" {
+            let Some(net) = value.as_table() else {
+                return Err(UsageError(format!(
+                    "config file {}: `network` must be a table ([network] allow = [\"HOST\"])",
+                    path.display()
+                )));
+            };
+            for (k, v) in net {
+                let hosts = match (k.as_str(), v.as_array()) {
+                    ("allow", Some(items)) if items.iter().all(|i| i.is_str()) => items
+                        .iter()
+                        .filter_map(|i| i.as_str().map(String::from))
+                        .collect::<Vec<_>>(),
+                    _ => {
+                        return Err(UsageError(format!(
+                            "config file {}: [network] takes `allow`, a list of host names",
+                            path.display()
+                        )));
+                    }
+                };
+                cmd = set_default(cmd, "allow_host", &hosts);
+            }
+            continue;
+        }
         let id = key.replace('-', "_");
         if !known.contains(&id) {
             let list: Vec<String> = known.iter().map(|k| k.replace('_', "-")).collect();
@@ -171,6 +196,22 @@ mod tests {
         assert!(err.contains("lots"), "{err}");
         assert!(parse("memory = [1]", &["agentbox", "run", "p"]).is_err());
         assert!(parse("memory = [\"1g\"]", &["agentbox", "run", "p"]).is_err());
+    }
+
+    #[test]
+    fn the_network_table_is_the_allowlist_and_setup_a_list() {
+        let file =
+            "setup = [\"make deps\"]\n[network]\nallow = [\"registry.example\", \"*.cdn.example:8443\"]\n";
+        let Sub::Run(run) = parse(file, &["agentbox", "run", "p"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(
+            run.agent.setup.allow_host,
+            ["registry.example", "*.cdn.example:8443"]
+        );
+        assert_eq!(run.agent.setup.setup, ["make deps"]);
+        assert!(parse("[network]\ndeny = [\"x\"]", &["agentbox", "run", "p"]).is_err());
+        assert!(parse("network = \"x\"", &["agentbox", "run", "p"]).is_err());
     }
 
     #[test]

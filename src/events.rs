@@ -65,6 +65,22 @@ pub enum Event<'a> {
     Note {
         message: String,
     },
+    /// A decision of the egress proxy (`phase`: setup or agent), recorded when its connection
+    /// ended.
+    Egress {
+        phase: &'static str,
+        decision: crate::egress::Decision,
+    },
+    /// A line of a setup command's output, as it is written.
+    SetupLine {
+        line: String,
+    },
+    /// One setup command's end and output (head and tail).
+    SetupOutput {
+        command: String,
+        status: String,
+        output: String,
+    },
     Verifying {
         command: String,
     },
@@ -290,6 +306,22 @@ impl EventSink for Printer {
             }
             Event::Note { message } => {
                 let _ = writeln!(out, "agentbox: {message}");
+            }
+            // Refusals are what the user acts on; allowed connections are in the trajectory
+            // and the report.
+            Event::Egress { decision, .. } => {
+                if !decision.allowed
+                    && let Some(reason) = &decision.reason
+                {
+                    let _ = writeln!(out, "agentbox: egress: {reason}");
+                }
+            }
+            Event::SetupLine { line } => {
+                let _ = writeln!(out, "  | {line}");
+            }
+            // The output was shown line by line as it came.
+            Event::SetupOutput { command, status, .. } => {
+                let _ = writeln!(out, "agentbox: setup: `{}`: {status}", one_line(command, 120));
             }
             Event::Verifying { command } => {
                 let _ = writeln!(out, "agentbox: verifying: running `{command}` in the sandbox");

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod config_file;
+pub mod egress;
 pub mod eval;
 pub mod events;
 pub mod image;

@@ -141,6 +141,13 @@ pub struct OutsideDiff {
 }
 
 #[derive(Debug, Clone, Serialize)]
+pub struct EgressRecord {
+    pub phase: String,
+    #[serde(flatten)]
+    pub decision: crate::egress::Decision,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub session: String,
     pub model: String,
@@ -165,6 +172,10 @@ pub struct Report {
     pub exit_code: u8,
     /// Things the user must know about, e.g. a `.git` planted in the project.
     pub warnings: Vec<String>,
+    /// Every decision of the egress proxy: the setup phase's, and the agent's with
+    /// `--agent-network allowlist`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressRecord>,
     /// What changed that the diff does not show. Bind-mounted runs: the host's own scan of
     /// the project (files git ignores or the diff leaves out: a `.pth` file in an ignored
     /// virtualenv, a cache). `--isolate`: caches and `.git` changed in the sandbox, never
@@ -533,6 +544,7 @@ mod tests {
             elapsed_secs: 1.0,
             exit_code: 0,
             warnings: Vec::new(),
+            egress: Vec::new(),
             changed_outside_diff: None,
             patch_file: None,
             applied: None,

@@ -5,6 +5,9 @@ use crate::sandbox::{connect_docker, gc};
 
 pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
     let docker = connect_docker().await?;
+    if args.caches {
+        return caches(&docker).await;
+    }
     let report = gc::collect(&docker, args.all, false).await?;
     for c in &report.containers_removed {
         outln!("removed container {c}");
@@ -20,6 +23,22 @@ pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
             "kept {} in use by running agentbox processes (--all removes them too)",
             report.in_use
         );
+    }
+    Ok(0)
+}
+
+/// `gc --caches`: list the dependency caches and remove each that no run is using.
+async fn caches(docker: &bollard::Docker) -> anyhow::Result<u8> {
+    let all = crate::sandbox::caches::list(docker).await?;
+    if all.is_empty() {
+        outln!("no dependency caches");
+    }
+    for (name, project) in all {
+        if crate::sandbox::caches::remove(docker, &name).await {
+            outln!("removed cache {name} (project {project})");
+        } else {
+            outln!("kept cache {name} (project {project}): in use");
+        }
     }
     Ok(0)
 }

@@ -16,6 +16,7 @@
 
 pub mod detect;
 pub mod rust;
+pub mod setup;
 
 pub use detect::{
     Detection, Devcontainer, Ecosystem, POLYGLOT, TestCommand, detect, devcontainer, program_check,

@@ -130,7 +130,7 @@ pub(super) async fn remove_when_it_appears(docker: &Docker, volume: bool, name: 
     }
 }
 
-pub(super) async fn remove_volume(docker: &Docker, name: &str) {
+pub(crate) async fn remove_volume(docker: &Docker, name: &str) {
     let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
         .force(true)
         .build();
@@ -541,6 +541,45 @@ impl DockerSandbox {
             }
         }
         result
+    }
+
+    /// What is appended to the file `path` in the sandbox, as it is written (`tail -f` as the
+    /// sandbox user, through a Docker exec of its own, so it runs beside a command of the
+    /// executor). It ends when the sweep after that command kills it, or the sandbox goes.
+    pub async fn follow(
+        &self,
+        path: &str,
+    ) -> Result<impl futures_util::Stream<Item = Vec<u8>> + Send + use<>, SandboxError> {
+        self.check_open()?;
+        let cid = &self.info.container_id;
+        let user = self.user();
+        let exec = self
+            .docker
+            .create_exec(
+                cid,
+                CreateExecOptions {
+                    cmd: Some(vec!["tail", "-n", "+1", "-s", "0.2", "-f", path]),
+                    attach_stdout: Some(true),
+                    user: Some(user.as_str()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| container_error(cid, "create exec", e))?;
+        match self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| container_error(cid, "start exec", e))?
+        {
+            StartExecResults::Attached { output, .. } => Ok(output.filter_map(|item| async move {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => Some(message.to_vec()),
+                    _ => None,
+                }
+            })),
+            StartExecResults::Detached => Err(SandboxError::Other("exec started detached".into())),
+        }
     }
 
     /// For a bind-mounted project: move out git metadata the session planted or replaced, and

@@ -748,8 +748,99 @@ def run(req):
     return resp
 
 
+def start_egress_forwarder():
+    """The setup phase's way out: with AGENTBOX_EGRESS_SOCKET and _PORT set (and the host's
+    proxy socket mounted read-only there), listen on this sandbox's own loopback and forward
+    each connection to the socket. The container keeps network "none"; the host-side proxy
+    decides what each connection may reach. Threads, so the command loop is untouched; they
+    die with us. Built-in modules only, like the rest of this file (and only when asked)."""
+    path = os.environ.get("AGENTBOX_EGRESS_SOCKET")
+    port = os.environ.get("AGENTBOX_EGRESS_PORT")
+    if not path or not port:
+        return
+    import _socket
+    import _thread
+
+    try:
+        srv = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        srv.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", int(port)))
+        srv.listen(64)
+    except (OSError, ValueError) as e:
+        os.write(2, f"agentbox-exec: cannot listen for the egress proxy: {e}\n".encode())
+        return
+    # Each connection costs two threads, which count against the pids limit: bound them.
+    lock = _thread.allocate_lock()
+    open_conns = [0]
+
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def serve(client):
+        try:
+            upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                upstream.connect(path)
+            except OSError:
+                upstream.close()
+                return
+            done = _thread.allocate_lock()
+            done.acquire()
+
+            def back():
+                try:
+                    pipe(upstream, client)
+                finally:
+                    done.release()
+
+            _thread.start_new_thread(back, ())
+            pipe(client, upstream)
+            done.acquire()
+            upstream.close()
+        finally:
+            client.close()
+            with lock:
+                open_conns[0] -= 1
+
+    def accept():
+        while True:
+            try:
+                fd, _ = srv._accept()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            client = _socket.socket(fileno=fd)
+            with lock:
+                full = open_conns[0] >= 64
+                if not full:
+                    open_conns[0] += 1
+            if full:
+                client.close()
+                continue
+            try:
+                _thread.start_new_thread(serve, (client,))
+            except RuntimeError:
+                client.close()
+                with lock:
+                    open_conns[0] -= 1
+
+    _thread.start_new_thread(accept, ())
+
+
 def main():
     hardened = harden()
+    start_egress_forwarder()
     # Start from a clean slate: a previous executor may have died mid-command.
     sweep()
     send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid(), "hardened": hardened})

@@ -4,6 +4,7 @@
 //! Kubernetes) can stand behind the same tools later, not to mock Docker in tests: integration
 //! tests run against the real daemon.
 
+pub mod caches;
 mod capture;
 pub mod cleanup;
 mod docker;
@@ -27,8 +28,8 @@ pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
-    CACHE_DIR, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
-    WorkspaceSource, parse_size,
+    BASE_PATH, CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY,
+    MainProcess, MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount, WorkspaceSource, parse_size,
 };
 
 /// Where the project is mounted inside every sandbox.

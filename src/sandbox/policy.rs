@@ -32,6 +32,38 @@ pub const CACHE_DIR: &str = "/var/tmp";
 /// command that fills `/tmp` cannot break the harness.
 pub const HARNESS_DIR: &str = "/run/agentbox";
 
+/// The sandbox's `PATH` (the setup phase puts its virtualenv in front).
+pub const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where the egress proxy's socket is mounted (read-only) in a sandbox that may use it.
+pub const EGRESS_SOCKET: &str = "/run/agentbox-egress.sock";
+/// The sandbox's own loopback port on which the executor forwards to [`EGRESS_SOCKET`].
+pub const EGRESS_PORT: u16 = 3128;
+
+/// What a sandbox has beyond the fixed policy: the egress socket (the setup phase, or
+/// `--agent-network allowlist`), dependency cache volumes, and environment for them. The
+/// policy itself (network none, capabilities, limits) is the same with or without them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extras {
+    /// A host Unix socket mounted read-only at [`EGRESS_SOCKET`]; the executor listens on
+    /// 127.0.0.1:[`EGRESS_PORT`] inside the sandbox and forwards each connection to it.
+    pub egress_socket: Option<PathBuf>,
+    /// Named volumes (dependency caches), mounted at their targets.
+    pub volumes: Vec<VolumeMount>,
+    /// Variables set after the fixed list, replacing any of the same name.
+    pub env: Vec<(String, String)>,
+    /// Mount a bind-mounted project read-only (the setup phase of an `--isolate` run, which
+    /// promises not to write the project).
+    pub workspace_read_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeMount {
+    pub name: String,
+    pub target: String,
+    pub read_only: bool,
+}
+
 /// Resource limits. Memory, CPUs, pids, `/tmp` and the largest file have flags; the other
 /// in-memory filesystems are sized from the memory limit (see [`MemoryBudget`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +268,8 @@ pub struct SandboxSpec {
     pub read_only: bool,
     /// Who removes what this sandbox creates if the run is cut short.
     pub cleanup: super::cleanup::Cleanup,
+    /// The egress socket, cache volumes and their environment, if any.
+    pub extras: Extras,
 }
 
 impl SandboxSpec {
@@ -252,8 +286,25 @@ impl SandboxSpec {
     /// The environment every command sees. Nothing comes from the host: no credentials, no
     /// proxies, no `DOCKER_HOST`.
     pub fn env(&self) -> Vec<String> {
+        let mut env = self.fixed_env();
+        let mut extra: Vec<(String, String)> = self.extras.env.clone();
+        if self.extras.egress_socket.is_some() {
+            // The executor reads these to start forwarding; commands see them too, which
+            // tells them nothing they could not find out.
+            extra.push(("AGENTBOX_EGRESS_SOCKET".into(), EGRESS_SOCKET.into()));
+            extra.push(("AGENTBOX_EGRESS_PORT".into(), EGRESS_PORT.to_string()));
+        }
+        for (k, v) in extra {
+            let prefix = format!("{k}=");
+            env.retain(|e| !e.starts_with(&prefix));
+            env.push(format!("{k}={v}"));
+        }
+        env
+    }
+
+    fn fixed_env(&self) -> Vec<String> {
         [
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+            format!("PATH={BASE_PATH}"),
             format!("HOME={HOME}"),
             "LANG=C.UTF-8".into(),
             "TERM=dumb".into(),
@@ -399,7 +450,11 @@ impl SandboxSpec {
                     }),
                     ..Default::default()
                 };
-                let mut m = vec![bind(project, WORKSPACE.to_string(), self.read_only)];
+                let mut m = vec![bind(
+                    project,
+                    WORKSPACE.to_string(),
+                    self.read_only || self.extras.workspace_read_only,
+                )];
                 // Docker mounts parents first, so these land on top of the workspace bind.
                 for rel in protected {
                     m.push(bind(
@@ -419,6 +474,24 @@ impl SandboxSpec {
             }],
         };
         let mut mounts = mounts;
+        for v in &self.extras.volumes {
+            mounts.push(Mount {
+                target: Some(v.target.clone()),
+                source: Some(v.name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(v.read_only),
+                ..Default::default()
+            });
+        }
+        if let Some(socket) = &self.extras.egress_socket {
+            mounts.push(Mount {
+                target: Some(EGRESS_SOCKET.to_string()),
+                source: Some(socket.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         // No source: an anonymous volume, created with the container and removed with it.
         mounts.push(Mount {
             target: Some(CACHE_DIR.to_string()),
@@ -554,6 +627,7 @@ mod tests {
             labels: vec![],
             read_only: false,
             cleanup: Default::default(),
+            extras: Default::default(),
         }
     }
 
@@ -745,6 +819,49 @@ mod tests {
                 "{e} is not on the cache volume"
             );
         }
+    }
+
+    #[test]
+    fn the_egress_socket_and_caches_are_only_there_when_given() {
+        let plain = spec().create_body(MainProcess::Executor, None);
+        let mounts = plain.host_config.unwrap().mounts.unwrap();
+        assert!(mounts.iter().all(|m| m.target.as_deref() != Some(EGRESS_SOCKET)));
+        assert!(
+            plain
+                .env
+                .unwrap()
+                .iter()
+                .all(|e| !e.starts_with("AGENTBOX_EGRESS"))
+        );
+        let mut s = spec();
+        s.extras = Extras {
+            egress_socket: Some("/tmp/x/proxy.sock".into()),
+            volumes: vec![VolumeMount {
+                name: "cache".into(),
+                target: "/opt/deps".into(),
+                read_only: true,
+            }],
+            env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
+            workspace_read_only: true,
+        };
+        let body = s.create_body(MainProcess::Executor, None);
+        let hc = body.host_config.unwrap();
+        assert_eq!(hc.network_mode.as_deref(), Some("none"), "still no network");
+        let mounts = hc.mounts.unwrap();
+        let sock = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(EGRESS_SOCKET))
+            .unwrap();
+        assert_eq!((sock.read_only, sock.typ), (Some(true), Some(MountType::BIND)));
+        let cache = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/opt/deps"))
+            .unwrap();
+        assert_eq!(cache.read_only, Some(true));
+        let env = body.env.unwrap();
+        assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
+        assert!(env.contains(&"PATH=/opt/deps/bin:/usr/bin".to_string()));
+        assert!(env.contains(&format!("AGENTBOX_EGRESS_PORT={EGRESS_PORT}")));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod preflight;
 pub mod prime;
 pub mod prompt;
 mod setup;
+pub mod setup_phase;
 
 pub use isolated::{IsolatedCopy, PatchWritten};
 pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
@@ -48,6 +49,10 @@ pub struct Session {
     plan: ProjectPlan,
     /// Known before the run, for the report (a root-owned project).
     warnings: Vec<String>,
+    /// Every egress decision of the session (setup and, if allowed, agent phase).
+    egress: setup_phase::EgressLog,
+    /// The egress proxy of the agent phase (`--agent-network allowlist`); stops when dropped.
+    _agent_proxy: Option<crate::egress::Proxy>,
 }
 
 impl Session {
@@ -207,6 +212,16 @@ impl Session {
             elapsed_secs: self.started.elapsed().as_secs_f64(),
             exit_code,
             warnings: self.warnings.clone(),
+            egress: self
+                .egress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(phase, d)| crate::report::EgressRecord {
+                    phase: phase.clone(),
+                    decision: d.clone(),
+                })
+                .collect(),
             changed_outside_diff: None,
             patch_file: None,
             applied: None,

@@ -4,9 +4,11 @@
 //! 1. [`Step::ModelEndpoint`]: the model's endpoint accepts a connection (TCP, and the TLS
 //!    handshake for https; no request). Before any sandbox work, so an unreachable model fails
 //!    in seconds with exit 4. Skipped for the scripted provider.
-//! 2. [`Step::Sandbox`]: the sandbox starts, its image present or built.
-//! 3. (the project's setup phase goes here, issue 12: it may install what the tests need, so
-//!    it comes before the next check)
+//! 2. [`Step::Setup`]: the project's setup phase (see `setup_phase`), in a container of its
+//!    own with egress through the allowlisting proxy, or its cache; a failure stops the run
+//!    with exit 4 and the setup's output. It may install what the tests need, so it comes
+//!    before the program check.
+//! 3. [`Step::Sandbox`]: the agent's sandbox starts, its image present or built.
 //! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
 //!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
 //!    the image, the program and the fix, without a model request.
@@ -25,6 +27,7 @@ use crate::sandbox::{ExecRequest, Sandbox, SandboxError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     ModelEndpoint,
+    Setup,
     Sandbox,
     TestPrograms,
 }
@@ -33,6 +36,7 @@ impl Step {
     pub fn as_str(self) -> &'static str {
         match self {
             Step::ModelEndpoint => "model_endpoint",
+            Step::Setup => "setup",
             Step::Sandbox => "sandbox",
             Step::TestPrograms => "test_programs",
         }

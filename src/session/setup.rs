@@ -165,6 +165,9 @@ impl Session {
         preflight::model_endpoint(&settings.model, events.as_ref()).await?;
         let mut sandbox_cfg = settings.sandbox.clone();
         sandbox_cfg.image = plan.image.image.clone();
+        let egress = super::setup_phase::EgressLog::default();
+        let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
+        sandbox_cfg.extras = setup.agent_extras;
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
         preflight::report(
             events.as_ref(),
@@ -175,7 +178,6 @@ impl Session {
                 .map_err(|e| e.to_string()),
         );
         let (sandbox, isolation) = opened?;
-        // (Issue 12: the project's setup phase slots in here, before the programs are checked.)
         if let Err(e) = preflight::test_programs(
             &sandbox,
             &plan.tests,
@@ -251,6 +253,8 @@ impl Session {
             started: Instant::now(),
             plan,
             warnings,
+            egress,
+            _agent_proxy: setup.proxy,
         })
     }
 }

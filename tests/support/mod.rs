@@ -5,6 +5,7 @@
 pub mod model_server;
 pub mod pty;
 pub mod scripted;
+pub mod upstream;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,359 @@
+//! What the setup phase does for a project by default, where what it installs lives, and
+//! which files decide whether a cache still fits.
+//!
+//! Everything setup installs goes under [`DEPS_DIR`] (a cache volume, read-only in the agent
+//! phase), never into the user's checkout, except `node_modules`, which Node's resolution
+//! wants next to `package.json`.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::detect::{Detection, Ecosystem, read_project_file};
+
+/// Where the cache volume is mounted.
+pub const DEPS_DIR: &str = "/opt/agentbox-deps";
+/// The Python virtualenv setup creates.
+pub const VENV: &str = "/opt/agentbox-deps/venv";
+
+/// Manifests and lockfiles whose content decides a cache's key, per ecosystem.
+const KEY_FILES: &[(Ecosystem, &[&str])] = &[
+    (
+        Ecosystem::Python,
+        &[
+            "requirements.txt",
+            "requirements-dev.txt",
+            "requirements-test.txt",
+            "pyproject.toml",
+            "setup.py",
+            "setup.cfg",
+            "poetry.lock",
+            "uv.lock",
+            "Pipfile.lock",
+        ],
+    ),
+    (
+        Ecosystem::Node,
+        &["package.json", "package-lock.json", "npm-shrinkwrap.json"],
+    ),
+    (Ecosystem::Rust, &["Cargo.toml", "Cargo.lock"]),
+    (Ecosystem::Go, &["go.mod", "go.sum"]),
+];
+
+fn present(root: &Path, name: &str) -> bool {
+    root.join(name).symlink_metadata().is_ok_and(|m| m.is_file())
+}
+
+fn text(root: &Path, name: &str) -> String {
+    read_project_file(root, name)
+        .map(|d| String::from_utf8_lossy(&d).into_owned())
+        .unwrap_or_default()
+}
+
+/// A requirements file with at least one requirement.
+fn has_requirements(root: &Path) -> bool {
+    text(root, "requirements.txt").lines().any(|l| {
+        let l = l.trim();
+        !l.is_empty() && !l.starts_with('#')
+    })
+}
+
+/// A `dependencies = [...]` (or `install_requires`) list that is not empty.
+fn declares_python_dependencies(root: &Path) -> bool {
+    let non_empty_list = |t: &str, key: &str| {
+        t.match_indices(key).any(|(i, _)| {
+            let rest = t[i + key.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix('=') else {
+                return false;
+            };
+            let rest = rest.trim_start();
+            rest.strip_prefix('[')
+                .is_some_and(|r| r.trim_start().chars().next().is_some_and(|c| c != ']'))
+        })
+    };
+    non_empty_list(&text(root, "pyproject.toml"), "dependencies")
+        || non_empty_list(&text(root, "setup.py"), "install_requires")
+}
+
+fn declares_node_dependencies(root: &Path) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text(root, "package.json")) else {
+        return false;
+    };
+    ["dependencies", "devDependencies", "optionalDependencies"]
+        .iter()
+        .any(|k| {
+            v.get(k)
+                .and_then(|d| d.as_object())
+                .is_some_and(|o| !o.is_empty())
+        })
+}
+
+fn declares_rust_dependencies(root: &Path) -> bool {
+    let lock = text(root, "Cargo.lock");
+    if lock.contains("source = \"registry+")
+        || lock.contains("source = \"git+")
+        || lock.contains("source = \"sparse+")
+    {
+        return true;
+    }
+    let mut in_deps = false;
+    for line in text(root, "Cargo.toml").lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            in_deps = l.contains("dependencies");
+            // `[dependencies.NAME]` is itself a dependency.
+            if in_deps && l.trim_matches(['[', ']']).contains("dependencies.") {
+                return true;
+            }
+        } else if in_deps && l.contains('=') && !l.starts_with('#') {
+            return true;
+        }
+    }
+    false
+}
+
+/// The default setup commands for the detected ecosystems that declare dependencies (a
+/// project with none needs no setup, and gets no container or cache for it).
+pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, String)> {
+    let mut out = Vec::new();
+    for (eco, _) in &detection.ecosystems {
+        let cmd = match eco {
+            Ecosystem::Python => {
+                // The image's own packages (pytest) stay visible inside the venv.
+                let venv = format!("python3 -m venv --system-site-packages {VENV}");
+                if has_requirements(root) {
+                    Some(format!("{venv} && pip install -r requirements.txt"))
+                } else if declares_python_dependencies(root) {
+                    Some(format!("{venv} && pip install -e ."))
+                } else {
+                    None
+                }
+            }
+            Ecosystem::Node if !declares_node_dependencies(root) => None,
+            Ecosystem::Node if present(root, "package-lock.json") || present(root, "npm-shrinkwrap.json") => {
+                Some("npm ci".to_string())
+            }
+            Ecosystem::Node => Some("npm install".to_string()),
+            Ecosystem::Rust if declares_rust_dependencies(root) => Some("cargo fetch".to_string()),
+            Ecosystem::Go if text(root, "go.mod").contains("require") => Some("go mod download".to_string()),
+            Ecosystem::Rust | Ecosystem::Go => None,
+        };
+        if let Some(cmd) = cmd {
+            out.push((*eco, cmd));
+        }
+    }
+    out
+}
+
+/// The cache key: the image, the sandbox user, the setup commands and the content of every
+/// manifest and lockfile at the root. Files are read as detection reads them (regular files,
+/// no link out of the project, bounded).
+pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String]) -> String {
+    let mut h = Sha256::new();
+    h.update(image.as_bytes());
+    h.update([0]);
+    h.update(uid.to_le_bytes());
+    for c in commands {
+        h.update(c.as_bytes());
+        h.update([0]);
+    }
+    for (_, files) in KEY_FILES {
+        for f in *files {
+            if let Ok(data) = read_project_file(root, f) {
+                h.update(f.as_bytes());
+                h.update([0]);
+                h.update((data.len() as u64).to_le_bytes());
+                h.update(&data);
+            }
+        }
+    }
+    hex(&h.finalize())[..16].to_string()
+}
+
+/// A short digest of the project's path: which project a cache belongs to.
+pub fn project_key(root: &Path) -> String {
+    let canonical = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    hex(&Sha256::digest(canonical.to_string_lossy().as_bytes()))[..12].to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Which phase an environment is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Setup,
+    Agent,
+}
+
+/// Where each tool keeps what setup installs, in both phases; in the agent phase each tool is
+/// also told to stay offline (the sandbox's fixed environment already says so).
+pub fn env(phase: Phase, base_path: &str) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("VIRTUAL_ENV".to_string(), VENV.to_string()),
+        ("PATH".to_string(), format!("{VENV}/bin:{base_path}")),
+        ("CARGO_HOME".to_string(), format!("{DEPS_DIR}/cargo")),
+        ("GOMODCACHE".to_string(), format!("{DEPS_DIR}/go-mod")),
+    ];
+    match phase {
+        Phase::Setup => env.extend([
+            ("npm_config_cache".to_string(), format!("{DEPS_DIR}/npm")),
+            ("npm_config_offline".to_string(), "false".to_string()),
+            ("CARGO_NET_OFFLINE".to_string(), "false".to_string()),
+        ]),
+        Phase::Agent => env.extend([
+            ("PIP_NO_INDEX".to_string(), "1".to_string()),
+            ("npm_config_offline".to_string(), "true".to_string()),
+            ("CARGO_NET_OFFLINE".to_string(), "true".to_string()),
+            ("GOPROXY".to_string(), "off".to_string()),
+        ]),
+    }
+    env
+}
+
+/// A command, run in the image (not in the project: a project's own `.npmrc` or `pip.conf` is
+/// the attacker's word), that prints the URLs of the registry its package manager uses by
+/// default, one a line. `None`: no such question for this ecosystem.
+pub fn registry_question(eco: Ecosystem) -> Option<&'static str> {
+    match eco {
+        Ecosystem::Python => Some(
+            "python3 -m pip config get global.index-url 2>/dev/null || python3 -c \
+             'from pip._internal.models.index import PyPI; print(PyPI.simple_url); \
+             print(\"https://\" + PyPI.file_storage_domain + \"/\")'",
+        ),
+        Ecosystem::Node => Some("npm config get registry"),
+        // The sandbox's own GOPROXY=off is not the image's default: ask without it.
+        Ecosystem::Go => Some("env -u GOPROXY -u GOSUMDB -u GOFLAGS go env GOPROXY GOSUMDB"),
+        // Cargo has no stable way to print its default registry: allow it with --allow-host.
+        Ecosystem::Rust => None,
+    }
+}
+
+/// Host rules (`HOST` or `HOST:PORT`) from what a registry question printed: URLs, Go's
+/// comma- or pipe-separated proxy lists and its checksum database's name.
+pub fn hosts_from_answer(answer: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in answer.split(|c: char| c.is_whitespace() || c == ',' || c == '|') {
+        let item = item.trim();
+        if item.is_empty() || matches!(item, "direct" | "off" | "undefined" | "null") {
+            continue;
+        }
+        // GOSUMDB may be "NAME+KEY URL"; its first word is a host.
+        let (scheme, rest) = match item.split_once("://") {
+            Some((s, r)) => (Some(s), r),
+            None => (None, item),
+        };
+        if scheme.is_some_and(|s| !matches!(s, "http" | "https")) {
+            continue;
+        }
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let authority = authority.rsplit('@').next().unwrap_or_default();
+        let authority = authority.split('+').next().unwrap_or_default();
+        let default_port = if scheme == Some("http") { 80 } else { 443 };
+        let rule = match authority.rsplit_once(':') {
+            Some((h, p))
+                if !h.contains(':')
+                    && p.parse::<u16>()
+                        .is_ok_and(|p| p != default_port && p != 443 && p != 80) =>
+            {
+                format!("{h}:{p}")
+            }
+            Some((h, _)) if !h.contains(':') => h.to_string(),
+            _ => authority.to_string(),
+        };
+        if !rule.is_empty() && rule.parse::<crate::egress::Rule>().is_ok() && !out.contains(&rule) {
+            out.push(rule);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_answers_become_host_rules() {
+        assert_eq!(
+            hosts_from_answer("https://registry.example/simple\nhttps://files.example/\n"),
+            ["registry.example", "files.example"]
+        );
+        assert_eq!(
+            hosts_from_answer("https://npm.registry.example/\n"),
+            ["npm.registry.example"]
+        );
+        assert_eq!(
+            hosts_from_answer("https://proxy.example,direct\nsum.example\n"),
+            ["proxy.example", "sum.example"]
+        );
+        assert_eq!(
+            hosts_from_answer("http://mirror.example:8080/pypi/simple"),
+            ["mirror.example:8080"]
+        );
+        assert_eq!(hosts_from_answer("off\n"), Vec::<String>::new());
+        assert_eq!(hosts_from_answer("file:///srv/wheels"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn defaults_follow_the_lockfiles() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("requirements.txt"), "x==1\n").unwrap();
+        std::fs::write(
+            dir.path().join("package.json"),
+            r#"{"dependencies": {"left-pad": "1"}}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("package-lock.json"), "{}").unwrap();
+        let d = crate::project::detect(dir.path());
+        let cmds: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
+        assert!(
+            cmds.iter()
+                .any(|c| c.ends_with("pip install -r requirements.txt")),
+            "{cmds:?}"
+        );
+        assert!(cmds.contains(&"npm ci".to_string()), "{cmds:?}");
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"x\"\n[dependencies]\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("go.mod"), "module x\n\ngo 1.21\n").unwrap();
+        let d = crate::project::detect(dir.path());
+        let cmds2: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
+        assert_eq!(cmds2.len(), 2, "no dependencies, no setup: {cmds2:?}");
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"x\"\n[dependencies]\nserde = \"1\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("go.mod"),
+            "module x\n\ngo 1.21\nrequire example.com/y v1.0.0\n",
+        )
+        .unwrap();
+        let d = crate::project::detect(dir.path());
+        let cmds3: Vec<String> = default_commands(dir.path(), &d)
+            .into_iter()
+            .map(|c| c.1)
+            .collect();
+        assert!(
+            cmds3.contains(&"cargo fetch".to_string()) && cmds3.contains(&"go mod download".to_string()),
+            "{cmds3:?}"
+        );
+        let k1 = cache_key(dir.path(), "img", 1000, &cmds);
+        assert_eq!(k1, cache_key(dir.path(), "img", 1000, &cmds));
+        std::fs::write(dir.path().join("requirements.txt"), "x==2\n").unwrap();
+        assert_ne!(
+            k1,
+            cache_key(dir.path(), "img", 1000, &cmds),
+            "a lockfile changed"
+        );
+    }
+}

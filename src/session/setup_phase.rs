@@ -1,0 +1,453 @@
+//! The setup phase: before the agent's first turn, install what the project's tests need, in a
+//! container of its own whose only way out is the egress proxy, into a cache volume that the
+//! agent phase then mounts read-only.
+//!
+//! The setup container has the same policy, uid and limits as the agent's; what differs is the
+//! proxy's socket (forwarded on its loopback by the executor), the proxy variables, and the
+//! cache volume mounted writable. A cache whose key (image, uid, commands, the root manifests
+//! and lockfiles) matches a committed one skips the phase: nothing is downloaded again.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::{AgentSettings, SandboxConfig};
+use crate::egress::{Decision, Proxy};
+use crate::events::{Event, EventSink, Fanout};
+use crate::project::setup::{self as plan, DEPS_DIR, Phase};
+use crate::sandbox::caches::{self, CACHE_LABEL, CacheState};
+use crate::sandbox::{
+    BASE_PATH, DockerSandbox, EGRESS_PORT, ExecRequest, Extras, Sandbox, SandboxError, VolumeMount,
+};
+
+/// Every decision of the session's proxies, for the report.
+pub type EgressLog = Arc<Mutex<Vec<(String, Decision)>>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("setup failed: `{command}` ended with {status}{blocked}\n{output}")]
+    Failed {
+        command: String,
+        status: String,
+        output: String,
+        /// The proxy's refusals, which usually say why.
+        blocked: String,
+    },
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("cannot start the egress proxy: {0}")]
+    Proxy(std::io::Error),
+}
+
+/// What the agent phase gets from setup.
+#[derive(Default)]
+pub struct SetupOutcome {
+    /// The cache mounted read-only, its environment, and the proxy with `--agent-network
+    /// allowlist`.
+    pub agent_extras: Extras,
+    /// Kept alive for the agent phase (`--agent-network allowlist`), else `None`.
+    pub proxy: Option<Proxy>,
+}
+
+/// The proxy variables, set for the setup phase only (and the agent's with `--agent-network
+/// allowlist`). `NO_PROXY` is empty on purpose: the host's loopback is reached through the
+/// proxy too, where the allowlist decides.
+fn proxy_env() -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{EGRESS_PORT}");
+    let mut env = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        env.push((name.to_string(), url.clone()));
+    }
+    env.push(("NO_PROXY".into(), String::new()));
+    env.push(("no_proxy".into(), String::new()));
+    env
+}
+
+fn start_proxy(
+    settings: &AgentSettings,
+    events: &Arc<Fanout>,
+    log: &EgressLog,
+    phase: &'static str,
+) -> Result<Proxy, SetupError> {
+    let events = events.clone();
+    let log = log.clone();
+    let observer: crate::egress::Observer = Arc::new(move |d: &Decision| {
+        events.emit(&Event::Egress {
+            phase,
+            decision: d.clone(),
+        });
+        log.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((phase.to_string(), d.clone()));
+    });
+    crate::egress::start(
+        crate::egress::Allowlist::new(settings.setup.allow.clone()),
+        crate::egress::Limits::default(),
+        Some(observer),
+    )
+    .map_err(SetupError::Proxy)
+}
+
+fn note(events: &Fanout, message: String) {
+    events.emit(&Event::Note { message });
+}
+
+/// Run the setup phase for `project` (see the module's documentation). `cfg` has the image the
+/// session will use.
+pub async fn run(
+    settings: &AgentSettings,
+    cfg: &SandboxConfig,
+    project: &Path,
+    events: &Arc<Fanout>,
+    log: &EgressLog,
+) -> Result<SetupOutcome, SetupError> {
+    let mut outcome = SetupOutcome::default();
+    let setup = &settings.setup;
+    let root = project.to_path_buf();
+    let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root))
+        .await
+        .unwrap_or_default();
+    let commands: Vec<String> = if setup.disabled {
+        Vec::new()
+    } else if !setup.commands.is_empty() {
+        setup.commands.clone()
+    } else {
+        plan::default_commands(project, &detection)
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect()
+    };
+    if setup.disabled {
+        super::preflight::report(
+            events.as_ref(),
+            super::preflight::Step::Setup,
+            Ok("skipped (--no-setup)".into()),
+        );
+    }
+    if !commands.is_empty() {
+        let docker = crate::sandbox::connect_docker().await?;
+        crate::image::ensure_image(
+            &docker,
+            &cfg.image,
+            &cfg.cleanup,
+            &mut crate::image::stderr_progress,
+        )
+        .await?;
+        let owner = crate::sandbox::inspect_project(project)?;
+        let key = plan::cache_key(project, &cfg.image, owner.uid, &commands);
+        let name = format!("agentbox-cache-{}-{key}", plan::project_key(project));
+        let labels = HashMap::from([
+            (CACHE_LABEL.to_string(), project.display().to_string()),
+            ("agentbox.cache.image".to_string(), cfg.image.clone()),
+        ]);
+        match caches::state(&docker, &name).await? {
+            CacheState::Ready => {
+                note(
+                    events,
+                    format!("setup: dependencies from the cache {name} (agentbox gc --caches removes it)"),
+                );
+                super::preflight::report(
+                    events.as_ref(),
+                    super::preflight::Step::Setup,
+                    Ok(format!("cached in {name}")),
+                );
+            }
+            CacheState::Empty => {
+                let result = fill(
+                    settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection,
+                )
+                .await;
+                super::preflight::report(
+                    events.as_ref(),
+                    super::preflight::Step::Setup,
+                    result
+                        .as_ref()
+                        .map(|_| format!("filled {name}"))
+                        .map_err(|e| e.to_string()),
+                );
+                result?;
+            }
+        }
+        outcome.agent_extras.volumes.push(VolumeMount {
+            name,
+            target: DEPS_DIR.to_string(),
+            read_only: true,
+        });
+        outcome.agent_extras.env = plan::env(Phase::Agent, BASE_PATH);
+    }
+    if setup.agent_network {
+        let proxy = start_proxy(settings, events, log, "agent")?;
+        outcome.agent_extras.egress_socket =
+            Some(crate::egress::transport::mount_source(&proxy).to_path_buf());
+        outcome.agent_extras.env.extend(proxy_env());
+        note(
+            events,
+            format!(
+                "WARNING: --agent-network allowlist: the agent's commands can reach {}",
+                describe(&proxy)
+            ),
+        );
+        outcome.proxy = Some(proxy);
+    }
+    Ok(outcome)
+}
+
+fn describe(proxy: &Proxy) -> String {
+    let rules: Vec<String> = proxy.allowlist().rules().iter().map(|r| r.to_string()).collect();
+    if rules.is_empty() {
+        "nothing (the allowlist is empty)".into()
+    } else {
+        rules.join(", ")
+    }
+}
+
+/// Fill the cache `name`: a setup container, the registries asked of the image's tools, the
+/// commands in turn. Committed only if every command succeeds; removed otherwise.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the phase's whole context"
+)]
+async fn fill(
+    settings: &AgentSettings,
+    cfg: &SandboxConfig,
+    project: &Path,
+    events: &Arc<Fanout>,
+    log: &EgressLog,
+    docker: &bollard::Docker,
+    name: &str,
+    labels: HashMap<String, String>,
+    commands: &[String],
+    detection: &crate::project::Detection,
+) -> Result<(), SetupError> {
+    let started = Instant::now();
+    let proxy = start_proxy(settings, events, log, "setup")?;
+    let mut setup_cfg = cfg.clone();
+    setup_cfg.extras = Extras {
+        egress_socket: Some(crate::egress::transport::mount_source(&proxy).to_path_buf()),
+        volumes: vec![VolumeMount {
+            name: name.to_string(),
+            target: DEPS_DIR.to_string(),
+            read_only: false,
+        }],
+        env: plan::env(Phase::Setup, BASE_PATH)
+            .into_iter()
+            .chain(proxy_env())
+            .collect(),
+        // `--isolate` promises the project is only read until `--apply`.
+        workspace_read_only: settings.isolate.is_some(),
+    };
+    let spec = setup_cfg.bind_spec(project)?;
+    note(
+        events,
+        format!(
+            "setup: egress proxy on {}",
+            crate::egress::transport::mount_source(&proxy).display()
+        ),
+    );
+    let registration = caches::create(docker, &spec, name, labels.clone()).await?;
+    let sandbox = match DockerSandbox::create(docker, spec.clone()).await {
+        Ok(sb) => sb,
+        Err(e) => {
+            caches::discard(docker, &spec, name, registration).await;
+            return Err(e.into());
+        }
+    };
+    let result = run_commands(settings, &sandbox, &proxy, events, commands, detection, started).await;
+    let _ = sandbox.shutdown().await;
+    if let Some(check) = sandbox.check_host() {
+        for w in check.warnings {
+            note(events, format!("WARNING: {w}"));
+        }
+    }
+    match result {
+        Ok(()) => {
+            caches::commit(docker, &spec, name, labels, registration).await?;
+            note(
+                events,
+                format!(
+                    "setup: done in {:.1}s; cached in {name}",
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            caches::discard(docker, &spec, name, registration).await;
+            Err(e)
+        }
+    }
+}
+
+async fn run_commands(
+    settings: &AgentSettings,
+    sandbox: &DockerSandbox,
+    proxy: &Proxy,
+    events: &Arc<Fanout>,
+    commands: &[String],
+    detection: &crate::project::Detection,
+    started: Instant,
+) -> Result<(), SetupError> {
+    // The registries the image's package managers use by default, asked of the tools in the
+    // image, from a directory outside the project (whose own config files are not trusted).
+    let mut asked = Vec::new();
+    let mut env = Vec::new();
+    for (eco, _) in &detection.ecosystems {
+        let Some(question) = plan::registry_question(*eco) else {
+            continue;
+        };
+        let mut req = ExecRequest::shell(question, Duration::from_secs(60)).capture(4096, 0);
+        req.workdir = Some("/tmp".into());
+        let Ok(out) = sandbox.exec(req).await else {
+            continue;
+        };
+        if !out.success() {
+            continue;
+        }
+        let answer = out.stdout.to_text();
+        if *eco == crate::project::Ecosystem::Go {
+            // The sandbox says GOPROXY=off; setup uses the image's own default.
+            let mut lines = answer.lines();
+            for name in ["GOPROXY", "GOSUMDB"] {
+                if let Some(v) = lines.next().filter(|v| !v.trim().is_empty()) {
+                    env.push((name.to_string(), v.trim().to_string()));
+                }
+            }
+        }
+        if !settings.setup.no_default_registries {
+            asked.extend(plan::hosts_from_answer(&answer));
+        }
+    }
+    let rules: Vec<crate::egress::Rule> = asked.iter().filter_map(|h| h.parse().ok()).collect();
+    proxy.allow(rules);
+    note(events, format!("setup: egress allowed to {}", describe(proxy)));
+    let deadline = started + settings.setup.timeout;
+    for command in commands {
+        let left = deadline.saturating_duration_since(Instant::now());
+        note(events, format!("setup: running `{command}`"));
+        let seen = proxy.decisions().len();
+        let follower = follow_output(sandbox, events).await;
+        // The output also goes to a file the follower streams from; the command's own status
+        // is the verdict (not tee's, which a full disk could fail).
+        let wrapped = format!("{{ {command}\n}} 2>&1 | tee -a {SETUP_LOG}; exit \"${{PIPESTATUS[0]}}\"");
+        let mut req =
+            ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
+        req.env = env.clone();
+        let out = sandbox.exec(req).await;
+        if let Some(task) = follower {
+            // The sweep after the command ended the follower; let it print what it had.
+            let mut task = task;
+            if tokio::time::timeout(Duration::from_secs(2), &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+        let out = out?;
+        let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
+        events.emit(&Event::SetupOutput {
+            command: command.clone(),
+            status: out.status_line(),
+            output: output.clone(),
+        });
+        if !out.success() {
+            let blocked: Vec<String> = proxy.decisions()[seen..]
+                .iter()
+                .filter(|d| !d.allowed)
+                .filter_map(|d| d.reason.clone())
+                .collect();
+            let status = if out.timed_out {
+                format!(
+                    "the setup timeout ({}s, --setup-timeout): it and everything it started were killed",
+                    settings.setup.timeout.as_secs()
+                )
+            } else {
+                out.status_line()
+            };
+            return Err(SetupError::Failed {
+                command: command.clone(),
+                status,
+                output,
+                blocked: if blocked.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the egress proxy refused: {}", blocked.join("; "))
+                },
+            });
+        }
+    }
+    // Every tool's directory exists before the cache turns read-only: a tool that finds its
+    // home missing would try to create it, and fail, in the agent phase.
+    let dirs = ["cargo", "go-mod", "npm"].map(|d| format!("{DEPS_DIR}/{d}"));
+    let out = sandbox
+        .exec(ExecRequest::argv(
+            ["mkdir", "-p"].into_iter().map(String::from).chain(dirs),
+            Duration::from_secs(30),
+        ))
+        .await?;
+    if !out.success() {
+        return Err(SetupError::Failed {
+            command: format!("mkdir -p {DEPS_DIR}/..."),
+            status: out.status_line(),
+            output: out.stderr.to_text(),
+            blocked: String::new(),
+        });
+    }
+    Ok(())
+}
+
+/// Where a setup command's output is written as it runs, for the follower.
+const SETUP_LOG: &str = "/run/agentbox/setup-output";
+
+/// Lines of one command shown as they come.
+const MAX_LIVE_LINES: usize = 2000;
+
+/// Stream what the next command writes to [`SETUP_LOG`] as `Event::SetupLine`s. `None` if it
+/// cannot (the output is still in the error when the command fails).
+async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<tokio::task::JoinHandle<()>> {
+    let truncate = ExecRequest::argv(["sh", "-c", &format!(": > {SETUP_LOG}")], Duration::from_secs(30));
+    if !sandbox.exec(truncate).await.ok()?.success() {
+        return None;
+    }
+    let stream = sandbox.follow(SETUP_LOG).await.ok()?;
+    let events = events.clone();
+    Some(tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut stream = Box::pin(stream);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut shown = 0usize;
+        while let Some(chunk) = stream.next().await {
+            pending.extend_from_slice(&chunk);
+            while let Some(i) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=i).collect();
+                // Bounded: past this, a flood is summed up, not printed.
+                if shown < MAX_LIVE_LINES {
+                    events.emit(&Event::SetupLine {
+                        line: String::from_utf8_lossy(&line[..line.len() - 1]).into_owned(),
+                    });
+                }
+                shown += 1;
+            }
+            if pending.len() > 64 * 1024 {
+                pending.clear();
+            }
+        }
+        if shown > MAX_LIVE_LINES {
+            events.emit(&Event::SetupLine {
+                line: format!(
+                    "... {} more lines (the trajectory has the head and the tail)",
+                    shown - MAX_LIVE_LINES
+                ),
+            });
+        }
+    }))
+}
+
+fn merge(stdout: &str, stderr: &str) -> String {
+    match (stdout.trim().is_empty(), stderr.trim().is_empty()) {
+        (_, true) => stdout.to_string(),
+        (true, false) => stderr.to_string(),
+        (false, false) => format!("{stdout}\n{stderr}"),
+    }
+}

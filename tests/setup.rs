@@ -1,0 +1,395 @@
+//! The setup phase end to end: the real binary, a scripted model, the real images, and
+//! package indexes served by the test on 127.0.0.1 (no traffic leaves the machine).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::scripted::{Run, bash, done, finish, hostile, spawn_run};
+use support::upstream::{Upstream, simple_index, wheel};
+use support::*;
+
+const VENV: &str = "/opt/agentbox-deps/venv";
+
+async fn caches_of(project: &Project) -> Vec<String> {
+    let docker = docker().await;
+    let path = project.path().display().to_string();
+    agentbox::sandbox::caches::list(&docker)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, of)| *of == path)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+fn notes(run: &Run) -> Vec<String> {
+    run.events
+        .iter()
+        .filter(|e| e["event"] == "note")
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn python_project() -> Project {
+    Project::new(&[
+        ("requirements.txt", "agentbox-fixture-pkg==1.0\n"),
+        (
+            "test_fixture.py",
+            "import agentbox_fixture_pkg\n\n\ndef test_value():\n    assert agentbox_fixture_pkg.VALUE == \"from the local index\"\n",
+        ),
+    ])
+}
+
+/// Setup installs a package that exists only on a loopback index, through the proxy; the agent
+/// phase runs the tests with no network, cannot reach the proxy, cannot write the cache; a
+/// second run downloads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::http(simple_index("agentbox-fixture-pkg", &file, data)).await;
+    let port = index.addr.port();
+    let project = python_project();
+    let setup = format!(
+        "python3 -m venv --system-site-packages {VENV} && pip install --index-url http://127.0.0.1:{port}/simple/ -r requirements.txt"
+    );
+    let allow = format!("127.0.0.1:{port}");
+    let args = [
+        "--setup",
+        setup.as_str(),
+        "--allow-host",
+        allow.as_str(),
+        "--command-timeout",
+        "300",
+    ];
+    // The agent phase: the package is there, the cache is read-only, and no proxy answers.
+    let probe = bash(
+        "python3 -c 'import agentbox_fixture_pkg as p; print(p.VALUE)'; \
+         touch /opt/agentbox-deps/venv/planted && echo WROTE-CACHE; \
+         python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3128), 5)' 2>&1 | tail -1; \
+         ls /run/agentbox-egress.sock 2>&1 | tail -1",
+    );
+    let turns = json!([{"tool_calls": [probe]}, done("Checked.")]);
+
+    let t0 = Instant::now();
+    let cold = hostile(&project, turns.clone(), &args).await;
+    let cold_secs = t0.elapsed().as_secs_f64();
+    assert_eq!(cold.code, Some(0), "{}\n{}", cold.stdout, cold.stderr);
+    let (_, out, _) = cold.result(0);
+    assert!(out.contains("from the local index"), "{out}");
+    assert!(
+        !out.lines().any(|l| l == "WROTE-CACHE") && out.contains("Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Connection refused"),
+        "the agent phase reached a proxy: {out}"
+    );
+    assert!(out.contains("No such file or directory"), "{out}");
+    let requests = index.count();
+    assert!(
+        requests >= 2,
+        "the index page and the wheel: {:?}",
+        index.paths.lock().unwrap()
+    );
+    let report = cold.report.as_ref().unwrap();
+    let egress = report["egress"].as_array().unwrap();
+    assert!(
+        egress
+            .iter()
+            .all(|d| d["allowed"] == json!(true) && d["phase"] == "setup" && d["port"] == json!(port)),
+        "{egress:?}"
+    );
+    assert!(egress.iter().any(|d| d["bytes_down"].as_u64().unwrap() > 0));
+    assert!(
+        cold.events.iter().any(|e| e["event"] == "egress"),
+        "decisions in the trajectory"
+    );
+    assert!(
+        cold.stderr
+            .contains("  | Successfully installed agentbox-fixture-pkg-1.0"),
+        "{}",
+        cold.stderr
+    );
+    // Streamed line by line as it was written, not only at the command's end.
+    let lines: Vec<&str> = cold
+        .events
+        .iter()
+        .filter(|e| e["event"] == "setup_line")
+        .filter_map(|e| e["line"].as_str())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("Successfully installed")),
+        "{lines:?}"
+    );
+    assert!(project.file(".venv").symlink_metadata().is_err() && !project.file("venv").exists());
+    assert_eq!(
+        caches_of(&project).await.len(),
+        2,
+        "the cache and its commit marker"
+    );
+
+    let t1 = Instant::now();
+    let warm = hostile(&project, turns.clone(), &args).await;
+    let warm_secs = t1.elapsed().as_secs_f64();
+    assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
+    assert_eq!(index.count(), requests, "the second run asked the index nothing");
+    assert!(
+        notes(&warm)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(&warm)
+    );
+    assert!(
+        warm.report.as_ref().unwrap().get("egress").is_none(),
+        "no proxy ran"
+    );
+    // For the figure only: the same run without setup (its tests fail, the package is missing).
+    let t2 = Instant::now();
+    let bare = hostile(&project, turns, &["--no-setup", "--command-timeout", "300"]).await;
+    let bare_secs = t2.elapsed().as_secs_f64();
+    assert_eq!(
+        bare.code,
+        Some(1),
+        "without the package the tests fail: {}",
+        bare.stderr
+    );
+    eprintln!(
+        "setup fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s, run without setup {bare_secs:.1}s"
+    );
+    // Plain gc leaves the caches; gc --caches lists and removes them.
+    let gc = run(agentbox().arg("gc"));
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    assert_eq!(caches_of(&project).await.len(), 2, "plain gc took a cache");
+    let gc = run(agentbox().args(["gc", "--caches"]));
+    let listed = text(&gc.stdout);
+    assert!(gc.status.success(), "{}", text(&gc.stderr));
+    let path = project.path().display().to_string();
+    assert_eq!(
+        listed
+            .lines()
+            .filter(|l| l.starts_with("removed cache agentbox-cache-")
+                && l.ends_with(&format!("(project {path})")))
+            .count(),
+        2,
+        "{listed}"
+    );
+    assert!(caches_of(&project).await.is_empty());
+}
+
+/// A failed setup stops the run with exit 4 and its output, and leaves no cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_endless_setup_stops_the_run_and_leaves_no_cache() {
+    let project = python_project();
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", "echo about to fail; exit 3"],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("setup failed: `echo about to fail; exit 3` ended with exit 3"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("about to fail"), "{}", run.stderr);
+    assert_eq!(run.steps(), 0, "no model request");
+    assert!(caches_of(&project).await.is_empty());
+
+    let t0 = Instant::now();
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", "sleep 600", "--setup-timeout", "3"],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("the setup timeout (3s, --setup-timeout)"),
+        "{}",
+        run.stderr
+    );
+    assert!(t0.elapsed() < Duration::from_secs(240));
+    assert!(caches_of(&project).await.is_empty());
+}
+
+/// Ctrl-C during setup: no container, no cache volume, no proxy socket is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_setup_leaves_nothing() {
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", "sleep 600"],
+        &[],
+    );
+    let (pid, trajectory) = (spawned.pid, spawned.trajectory.clone());
+    let socket = || {
+        support::scripted::read_events(&trajectory)
+            .iter()
+            .filter_map(|e| {
+                e["message"]
+                    .as_str()
+                    .and_then(|m| m.strip_prefix("setup: egress proxy on "))
+                    .map(String::from)
+            })
+            .next()
+    };
+    let running = eventually(Duration::from_secs(180), || async {
+        support::scripted::read_events(&trajectory).iter().any(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("setup: running"))
+        })
+    })
+    .await;
+    assert!(running, "setup never started");
+    let socket = socket().expect("the proxy's socket is named");
+    assert!(std::path::Path::new(&socket).exists());
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let run = finish(spawned).await;
+    assert_eq!(run.code, Some(130), "{}", run.stderr);
+    assert!(
+        !std::path::Path::new(&socket).exists(),
+        "the proxy's socket outlived the run"
+    );
+    assert!(
+        caches_of(&project).await.is_empty(),
+        "a half-filled cache was left"
+    );
+    let docker = docker().await;
+    assert_eq!(volumes_of_pid(&docker, pid).await, 0);
+}
+
+/// Each ecosystem's default setup, with its registry not allowed, fails cleanly with the
+/// blocked line (and sends nothing anywhere: the proxy refuses the name before resolving it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_setups_fail_cleanly_when_their_registry_is_not_allowed() {
+    let cases: [(&str, Vec<(&str, &str)>); 4] = [
+        (
+            "python",
+            vec![("requirements.txt", "agentbox-fixture-pkg==1.0\n")],
+        ),
+        (
+            "node",
+            vec![(
+                "package.json",
+                r#"{"name": "x", "version": "1.0.0", "dependencies": {"agentbox-fixture-pkg": "1.0.0"}}"#,
+            )],
+        ),
+        (
+            "go",
+            vec![
+                (
+                    "go.mod",
+                    "module example.test/x\n\ngo 1.21\n\nrequire example.test/dep v1.0.0\n",
+                ),
+                ("x.go", "package x\n"),
+            ],
+        ),
+        (
+            "rust",
+            vec![
+                (
+                    "Cargo.toml",
+                    "[package]\nname = \"x\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nagentbox-fixture-pkg = \"1\"\n",
+                ),
+                ("src/lib.rs", ""),
+            ],
+        ),
+    ];
+    for (image, files) in cases {
+        let tag = agentbox::image::KnownImage::by_name(image).unwrap().tag;
+        let project = Project::new(&files);
+        let run = hostile(
+            &project,
+            json!([done("never asked")]),
+            &[
+                "--no-default-registries",
+                "--image",
+                tag,
+                "--setup-timeout",
+                "300",
+            ],
+        )
+        .await;
+        assert_eq!(run.code, Some(4), "{image}: {}", run.stderr);
+        let blocked: Vec<&Value> = run.report.iter().collect();
+        assert!(blocked.is_empty(), "no report on a setup failure");
+        assert!(
+            run.stderr
+                .contains("— not in the allowlist; allow it with --allow-host "),
+            "{image}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("agentbox: error: setup failed: `"),
+            "{image}: {}",
+            run.stderr
+        );
+        assert!(caches_of(&project).await.is_empty());
+    }
+}
+
+/// `--agent-network allowlist`: the agent's commands get the proxy and its allowlist, and
+/// nothing more; their decisions are the report's, marked as the agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_network_opt_in_gives_the_agent_the_allowlist_only() {
+    let up = Upstream::http(std::collections::HashMap::from([(
+        "/hello".to_string(),
+        support::upstream::Body::Bytes(b"hello agent".to_vec()),
+    )]))
+    .await;
+    let port = up.addr.port();
+    let project = Project::new(&[("README.md", "nothing to install\n")]);
+    let fetch = format!(
+        "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/hello\", timeout=30).read().decode())'; \
+         python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:1/\", timeout=30)' 2>&1 | tail -1"
+    );
+    let allow = format!("127.0.0.1:{port}");
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash(&fetch)]}, done("Fetched.")]),
+        &["--agent-network", "allowlist", "--allow-host", allow.as_str()],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (_, out, _) = run.result(0);
+    assert!(out.contains("hello agent"), "{out}");
+    assert!(
+        out.contains("403") && !out.contains("Connection refused"),
+        "port 1 is refused by the proxy: {out}"
+    );
+    assert!(
+        run.stderr.contains("WARNING: --agent-network allowlist"),
+        "{}",
+        run.stderr
+    );
+    let egress = run.report.as_ref().unwrap()["egress"].as_array().unwrap().clone();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    assert!(egress.iter().all(|d| d["phase"] == "agent"));
+    assert_eq!(egress.iter().filter(|d| d["allowed"] == json!(true)).count(), 1);
+    assert_eq!(up.count(), 1);
+}
+
+/// `--isolate` promises the project is only read until `--apply`: its setup sees it read-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_runs_setup_cannot_write_the_project() {
+    let project = python_project();
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--isolate", "--setup", "touch /workspace/planted"],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    assert!(run.stderr.contains("Read-only file system"), "{}", run.stderr);
+    assert!(!project.file("planted").exists());
+    assert!(caches_of(&project).await.is_empty());
+}
