@@ -495,12 +495,12 @@ pub struct RunArgs {
     pub isolate: bool,
 
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
-    #[arg(long, value_name = "FILE", requires = "isolate")]
+    #[arg(long, value_name = "FILE")]
     pub patch: Option<PathBuf>,
 
-    /// With --isolate: apply the changes to the project afterwards, all or nothing, refusing if
-    /// the project's files changed during the run.
-    #[arg(long, requires = "isolate")]
+    /// With --isolate (implied on a remote engine): apply the changes to the project
+    /// afterwards, all or nothing, refusing if the project's files changed during the run.
+    #[arg(long)]
     pub apply: bool,
 
     /// The project directory, mounted at /workspace.

@@ -56,30 +56,42 @@ pub(super) fn per_call_wrapper() -> String {
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
 const WATCHDOG: Duration = Duration::from_secs(10);
 
-/// The Docker endpoint in use, for messages: `DOCKER_HOST`, else the default socket.
+/// The Docker endpoint in use, for messages: the task's engine, else `DOCKER_HOST`, else the
+/// default socket.
 pub fn docker_endpoint() -> String {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+    super::engine::current().describe()
 }
 
-/// Connect (honouring `DOCKER_HOST`) and check the daemon answers.
-pub async fn connect_docker() -> Result<Docker, SandboxError> {
-    let endpoint = docker_endpoint();
-    let unreachable = |reason: String| SandboxError::Unreachable {
-        endpoint: endpoint.clone(),
-        reason,
-    };
-    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-    match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
-        Ok(Ok(_)) => Ok(docker),
-        Ok(Err(e)) => Err(unreachable(root_cause(&e))),
-        Err(_) => Err(unreachable("no answer within 10s".into())),
+/// What a remote engine cannot do, refused before anything is created: it cannot mount a
+/// directory or a socket of this machine (it would mount whatever has that path on its own).
+fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
+    let engine = super::engine::current();
+    if !engine.is_remote() {
+        return Ok(());
     }
+    let refuse = |what: &str| SandboxError::Engine {
+        endpoint: engine.host.clone(),
+        reason: format!("{what} is not available on a remote engine: it cannot mount this machine's files"),
+    };
+    if matches!(spec.workspace, WorkspaceSource::Bind { .. }) {
+        return Err(refuse(
+            "a bind-mounted project (use --isolate: copy in, patch out)",
+        ));
+    }
+    if spec.extras.egress_socket.is_some() {
+        return Err(refuse(
+            "the egress proxy (the setup phase's network, --agent-network allowlist)",
+        ));
+    }
+    Ok(())
 }
 
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+/// Connect to the engine in force (see `engine`) and check it answers.
+pub async fn connect_docker() -> Result<Docker, SandboxError> {
+    super::engine::current().connect().await
+}
+
+pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;
@@ -373,7 +385,8 @@ pub struct DockerSandbox {
     registration: Mutex<Option<Registration>>,
     /// The host files mounted as the sandbox's `/etc/passwd` and `/etc/group`; removed when
     /// the sandbox is dropped (a running container keeps what it mounted).
-    _etc: super::identity::EtcFiles,
+    /// `None` on a remote engine: the entries are in the image (see `identity`).
+    _etc: Option<super::identity::EtcFiles>,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<(String, Registration)>,
     /// A bind-mounted project's state at the start (see `hostscan`), registered for the
@@ -387,6 +400,7 @@ impl DockerSandbox {
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
+            remote_check(&spec)?;
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register(Resource::Creating {
@@ -455,16 +469,18 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
-        let etc = super::identity::etc_files(docker, spec).await?;
-        let (id, registration) = create_tracked(
-            docker,
-            spec,
-            &name,
-            spec.create_body(main, Some(etc.dir())),
-            "create container",
-            spec.user(),
-        )
-        .await?;
+        let (etc, body) = if super::engine::current().is_remote() {
+            // No bind mount of this machine's files: the entries come in an image layer.
+            let mut with_user = spec.clone();
+            with_user.image = super::identity::image_with_user(docker, spec).await?;
+            (None, with_user.create_body(main, None))
+        } else {
+            let etc = super::identity::etc_files(docker, spec).await?;
+            let body = spec.create_body(main, Some(etc.dir()));
+            (Some(etc), body)
+        };
+        let (id, registration) =
+            create_tracked(docker, spec, &name, body, "create container", spec.user()).await?;
         let mut registration = Some(registration);
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
         let result = async {

@@ -8,6 +8,7 @@ pub mod caches;
 mod capture;
 pub mod cleanup;
 mod docker;
+pub mod engine;
 pub(crate) mod executor;
 pub mod fsop;
 pub mod gc;
@@ -192,6 +193,10 @@ impl std::fmt::Display for ExecMode {
 pub enum SandboxError {
     #[error("cannot reach Docker at {endpoint}: is the daemon running? ({reason})")]
     Unreachable { endpoint: String, reason: String },
+    /// The endpoint or its TLS material is wrong: nothing was tried that a running daemon
+    /// would fix.
+    #[error("Docker engine {endpoint}: {reason}")]
+    Engine { endpoint: String, reason: String },
     #[error("project path {0} does not exist")]
     ProjectMissing(String),
     #[error("project path {0} is not a directory")]

@@ -406,6 +406,17 @@ impl SandboxSpec {
         }
     }
 
+    /// A container that is created and never started: the sandbox user's `/etc` files are
+    /// uploaded into it and it is committed as an image (see `identity::image_with_user`). Its
+    /// root is writable, which is harmless: it never runs.
+    pub fn identity_body(&self) -> ContainerCreateBody {
+        let mut body = self.reader_body();
+        if let Some(hc) = body.host_config.as_mut() {
+            hc.readonly_rootfs = Some(false);
+        }
+        body
+    }
+
     pub fn container_name(&self) -> String {
         format!("agentbox-{}", self.session)
     }
