@@ -151,6 +151,13 @@ impl Engine {
                         dir.display()
                     ),
                 },
+                None if super::docker::root_cause(&e).contains("HTTPS server") => SandboxError::Engine {
+                    endpoint: self.host.clone(),
+                    reason:
+                        "the engine speaks TLS: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (a directory \
+                             with ca.pem, cert.pem and key.pem), as for the docker CLI"
+                            .into(),
+                },
                 _ => unreachable(super::docker::root_cause(&e)),
             }),
             Err(_) => Err(unreachable("no answer within 10s".into())),
