@@ -558,6 +558,14 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub jobs: Option<u32>,
 
+    /// Run the tasks on this Docker engine: `URL[=JOBS][,certs=DIR]` (repeatable), e.g.
+    /// `unix:///var/run/docker.sock=2` or `tcp://host:2376=4,certs=~/.docker/host`. JOBS: its
+    /// tasks at once [default: --jobs, else its CPU count]; certs: its TLS material (ca.pem,
+    /// cert.pem, key.pem) [default for tcp://: DOCKER_TLS_VERIFY/DOCKER_CERT_PATH]. A task on
+    /// an engine that dies goes to another.
+    #[arg(long = "engine", value_name = "URL[=JOBS][,certs=DIR]")]
+    pub engines: Vec<String>,
+
     /// Sandboxes made ready ahead of the running tasks, so the next task starts on a sandbox
     /// that exists already (0: make each one when its task starts) [default: as many as --jobs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
