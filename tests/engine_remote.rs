@@ -250,3 +250,139 @@ fn other_ca_material(dir: &Path) {
     std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
     std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
 }
+
+/// `scripts/ci-second-dockerd ARGS`, its printed variables.
+fn second_dockerd(args: &[&str]) -> std::collections::HashMap<String, String> {
+    let out = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ci-second-dockerd"))
+        .args(args)
+        // Without the image: the eval copies it in from the local engine.
+        .env("AGENTBOX_SECOND_LOAD", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// An eval over the main engine and a third daemon the test starts, with the third killed
+/// while it runs tasks: every task has exactly one result, those it was running are run again
+/// on the main engine and say so, and the summary gives each engine's throughput.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_over_two_engines_survives_one_dying() {
+    if !is_root() {
+        let msg = "starting a Docker daemon needs root";
+        if std::env::var("AGENTBOX_REQUIRE_ENGINES").as_deref() == Ok("1") {
+            panic!("{msg}");
+        }
+        eprintln!("\n!!! SKIPPED: {msg}\n");
+        return;
+    }
+    let main = docker().await;
+    // The local engine, as this process reaches it (DOCKER_HOST, else the default socket).
+    let main_name = Engine::from_env().host;
+    let third_env = second_dockerd(&["start", "third"]);
+    let third_host = third_env["AGENTBOX_TEST_SECOND_HOST"].clone();
+    let pidfile = third_env["AGENTBOX_TEST_SECOND_PIDFILE"].clone();
+    let third = Engine::plain(&third_host).connect().await.unwrap();
+    let image = agentbox::image::DEFAULT_IMAGE;
+    let _ = third
+        .remove_image(
+            image,
+            Some(
+                bollard::query_parameters::RemoveImageOptionsBuilder::default()
+                    .force(true)
+                    .build(),
+            ),
+            None,
+        )
+        .await;
+
+    // Tasks long enough (a 4 s command each) that the third is busy when it dies.
+    let tasks = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval/fixes-it");
+    let names: Vec<String> = (1..=8).map(|i| format!("t{i}")).collect();
+    for name in &names {
+        let dir = tasks.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["TASK.md", "counter.py", "test_counter.py", "script.json"] {
+            let body = std::fs::read_to_string(fixture.join(f)).unwrap();
+            std::fs::write(dir.join(f), body.replace("sleep 1", "sleep 4")).unwrap();
+        }
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+    cmd.env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .args(["eval", "--provider", "scripted", "--out"])
+        .arg(out.path())
+        .arg("--engine")
+        .arg(format!("{main_name}=2"))
+        .arg("--engine")
+        .arg(format!("{third_host}=2"))
+        .arg(tasks.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let results = out.path().join("results.jsonl");
+    // The first result: both engines are busy with the next tasks by then.
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&results).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(started.elapsed().as_secs() < 300, "no result in 5 minutes");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let dockerd: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    // SAFETY: kill(2) on the PID of the daemon this test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGKILL) }, 0);
+    let output = child.wait_with_output().await.unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+
+    // The third comes back (its containers were left when it died) and is cleared and stopped.
+    second_dockerd(&["start", "third"]);
+    let third = Engine::plain(&third_host).connect().await.unwrap();
+    let mut gc = agentbox();
+    gc.env("DOCKER_HOST", &third_host).arg("gc");
+    let gc_out = run(&mut gc);
+    let left = containers_of_pid(&third, pid).await;
+    second_dockerd(&["stop", "third"]);
+    assert!(gc_out.status.success(), "{}", text(&gc_out.stderr));
+    assert_eq!(left, 0, "gc clears what the dead engine kept");
+    assert_eq!(containers_of_pid(&main, pid).await, 0);
+
+    assert_eq!(output.status.code(), Some(0), "{stderr}\n{stdout}");
+    assert!(stderr.contains("copied from the local engine"), "{stderr}");
+    assert!(stderr.contains("stopped answering"), "{stderr}");
+    let lines: Vec<Value> = std::fs::read_to_string(&results)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: Vec<String> = lines
+        .iter()
+        .map(|r| r["task"].as_str().unwrap().to_string())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, names, "every task exactly once:\n{stderr}");
+    let retried: Vec<&Value> = lines.iter().filter(|r| r.get("retried_from").is_some()).collect();
+    assert!(
+        !retried.is_empty(),
+        "a task the third was running is run again:\n{stderr}"
+    );
+    for r in &retried {
+        assert_eq!(r["retried_from"], json!([third_host]), "{r}");
+        assert_eq!(r["engine"], json!(main_name), "{r}");
+    }
+    for r in &lines {
+        assert_eq!(r["fixed"], json!(true), "{r}");
+    }
+    assert!(
+        stdout.contains(&format!("engine {main_name}: ")) && stdout.contains("tasks/min"),
+        "{stdout}"
+    );
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    assert!(summary.contains("## Engines"), "{summary}");
+}

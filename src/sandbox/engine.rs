@@ -120,10 +120,11 @@ impl Engine {
                     .into(),
             ),
             "npipe" => Err("npipe:// (Windows named pipes) is not supported on this system".into()),
-            _ => Err(format!(
+            _ => Err(
                 "unsupported endpoint (expected unix:///PATH, or tcp://HOST:PORT with DOCKER_TLS_VERIFY=1 \
                  and DOCKER_CERT_PATH)"
-            )),
+                    .into(),
+            ),
         }
     }
 
