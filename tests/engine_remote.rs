@@ -178,6 +178,20 @@ async fn exec_on_a_tls_engine_runs_as_the_owner_with_a_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_the_policy_on_a_tls_engine() {
+    let Some(second) = second() else { return };
+    let mut cmd = on_engine(&second.tls_host, Some(&second.certs));
+    cmd.arg("doctor");
+    let (code, stdout, stderr, _) = output(cmd).await;
+    let all = format!("{stdout}{stderr}");
+    assert_eq!(code, Some(0), "{all}");
+    assert!(all.contains(&format!("at {} (TLS)", second.tls_host)), "{all}");
+    assert!(all.contains("[ok  ] sandbox: ready"), "{all}");
+    assert!(all.contains("[ok  ] network: interfaces: lo"), "{all}");
+    assert!(all.contains("a copy (remote engine)"), "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_or_missing_tls_material_is_named() {
     let Some(second) = second() else { return };
     let project = fixture();

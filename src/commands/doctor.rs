@@ -362,9 +362,22 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
     let expect_uid = std::fs::metadata(&dir)
         .ok()
         .map(|m| format!("{}:{}", m.uid(), m.gid()));
+    let remote = crate::sandbox::engine::current().is_remote();
     let started = Instant::now();
     let result = async {
-        let spec = cfg.bind_spec(&dir)?;
+        // A remote engine cannot mount the scratch project: it gets a copy, as a run would.
+        let _seed;
+        let spec = if remote {
+            let d = crate::sandbox::inspect_project(&dir)?;
+            let packed = crate::isolate::pack(&dir, d.uid, d.gid, &|_| false).map_err(|e| {
+                crate::sandbox::SandboxError::Other(format!("cannot copy the scratch project: {e}"))
+            })?;
+            let spec = cfg.volume_spec(&dir, packed.tar.path())?;
+            _seed = packed;
+            spec
+        } else {
+            cfg.bind_spec(&dir)?
+        };
         let sandbox = DockerSandbox::create(docker, spec).await?;
         let ready = started.elapsed();
         let out = sandbox
@@ -386,7 +399,7 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
                 Level::Fail,
                 "sandbox",
                 format!("cannot start one: {e}"),
-                Some("run with -v for details; a remote DOCKER_HOST cannot bind-mount local directories"),
+                Some("run with -v for details"),
             );
             return;
         }
@@ -432,12 +445,23 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
             fact("rootfs").to_string(),
             "the daemon must honour read-only rootfs",
         ),
-        (
-            ".git",
-            fact("git") == "readonly",
-            format!("{} inside the sandbox", fact("git")),
-            "the .git bind mount must be read-only",
-        ),
+        if remote {
+            // A copy: what the sandbox does to its .git is never brought back (`--apply`
+            // refuses anything inside a .git).
+            (
+                ".git",
+                true,
+                format!("{} inside the sandbox, a copy (remote engine)", fact("git")),
+                "",
+            )
+        } else {
+            (
+                ".git",
+                fact("git") == "readonly",
+                format!("{} inside the sandbox", fact("git")),
+                "the .git bind mount must be read-only",
+            )
+        },
         (
             "docker socket",
             fact("sock") == "absent",
