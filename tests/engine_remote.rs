@@ -147,13 +147,17 @@ async fn run_on_a_tls_engine_copies_the_project_in_and_the_fix_applies() {
 async fn exec_on_a_tls_engine_runs_as_the_owner_with_a_name() {
     let Some(second) = second() else { return };
     let project = fixture();
+    let work = tempfile::tempdir().unwrap();
     let mut cmd = on_engine(&second.tls_host, Some(&second.certs));
-    cmd.args(["exec"]).arg(project.path()).args([
-        "--",
-        "sh",
-        "-c",
-        "id -u; id -un; cat app.py; touch /workspace/made-here",
-    ]);
+    cmd.args(["exec"])
+        .arg(project.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "id -u; id -un; cat app.py; touch /workspace/made-here",
+        ])
+        .current_dir(work.path());
     let (code, stdout, stderr, _) = output(cmd).await;
     assert_eq!(code, Some(0), "{stderr}");
     let (uid, _) = project.owner();
@@ -174,7 +178,29 @@ async fn exec_on_a_tls_engine_runs_as_the_owner_with_a_name() {
         !project.file("made-here").exists(),
         "the project is a copy on a remote engine"
     );
-    assert!(stderr.contains("patch:"), "{stderr}");
+    assert!(stderr.contains("1 file changed in the copy; patch:"), "{stderr}");
+    let patches = || {
+        std::fs::read_dir(work.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".patch")
+            })
+            .count()
+    };
+    assert_eq!(patches(), 1, "the patch is in the current directory");
+    // A command that changes nothing leaves no (empty) patch behind.
+    let mut cmd = on_engine(&second.tls_host, Some(&second.certs));
+    cmd.args(["exec"])
+        .arg(project.path())
+        .args(["--", "true"])
+        .current_dir(work.path());
+    let (code, _, stderr, _) = output(cmd).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(patches(), 1, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,4 +425,24 @@ async fn eval_over_two_engines_survives_one_dying() {
     );
     let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
     assert!(summary.contains("## Engines"), "{summary}");
+}
+
+/// `--apply` and `--patch` go with `--isolate`, which only a remote engine implies.
+#[test]
+fn apply_without_isolate_on_a_local_engine_is_a_usage_error() {
+    let project = fixture();
+    let work = tempfile::tempdir().unwrap();
+    let script = fix_script(work.path());
+    let out = run(agentbox()
+        .env("DOCKER_HOST", "unix:///var/run/docker.sock")
+        .args(["run", "--apply", "--script"])
+        .arg(&script)
+        .arg(project.path()));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--apply and --patch go with --isolate"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(project.read("app.py"), "def answer():\n    return 41\n");
 }

@@ -66,7 +66,15 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                     p.path.display()
                 );
             }
-            Ok(_) => {}
+            // Nothing changed: no empty patch file left behind.
+            Ok(p) if p.warnings.is_empty() => {
+                let _ = std::fs::remove_file(&p.path);
+            }
+            Ok(p) => {
+                for w in &p.warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+            }
             Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
         }
     }
