@@ -459,11 +459,18 @@ async fn on_engines(
                                 for_terminal(&slot.name())
                             ));
                         }
-                        q.retried_from.push(slot.name());
                         if slots.iter().any(|s| !s.dead.load(Ordering::Acquire)) {
+                            q.retried_from.push(slot.name());
                             queue.hand_back(q);
                             continue;
                         }
+                        // No engine left to run it again: this run's result stands, whatever
+                        // it is worth, with the engine's end said.
+                        let note = format!("its engine {} stopped answering, and no other is left", slot.name());
+                        result.error = Some(match result.error.take() {
+                            Some(e) => format!("{e}; {note}"),
+                            None => note,
+                        });
                     }
                     result.engine = Some(slot.name());
                     result.retried_from = q.retried_from;

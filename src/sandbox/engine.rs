@@ -134,9 +134,16 @@ impl Engine {
             endpoint: self.describe(),
             reason,
         };
-        let docker = self.client().map_err(|reason| SandboxError::Engine {
-            endpoint: self.host.clone(),
-            reason,
+        let docker = self.client().map_err(|reason| {
+            if self.host.starts_with("unix://") {
+                // A socket that is not there: the daemon is not running (or not there).
+                unreachable(reason)
+            } else {
+                SandboxError::Engine {
+                    endpoint: self.host.clone(),
+                    reason,
+                }
+            }
         })?;
         match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
             Ok(Ok(_)) => Ok(docker),
