@@ -73,7 +73,12 @@ pub async fn connect_docker() -> Result<Docker, SandboxError> {
     };
     let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
     match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
-        Ok(Ok(_)) => Ok(docker),
+        Ok(Ok(_)) => {
+            // Which engine, once, now: the policy adapts to it (see `engine`).
+            let engine = super::engine::engine(&docker).await;
+            debug!(engine = %engine.kind, version = %engine.version, rootless = engine.rootless, "connected");
+            Ok(docker)
+        }
         Ok(Err(e)) => Err(unreachable(root_cause(&e))),
         Err(_) => Err(unreachable("no answer within 10s".into())),
     }
@@ -163,7 +168,7 @@ pub(super) async fn create_tracked(
     what: &'static str,
     user: String,
 ) -> Result<(String, Registration), SandboxError> {
-    if is_podman(docker).await {
+    if super::engine::engine(docker).await.is_podman() {
         seccomp_as_file(&mut body)?;
     }
     let registration = spec.cleanup.register(Resource::Creating {
@@ -203,21 +208,6 @@ pub(super) async fn create_tracked(
     }
 }
 
-/// Whether the engine is Podman (its Docker-compatible API), asked once per process.
-async fn is_podman(docker: &Docker) -> bool {
-    static PODMAN: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
-    *PODMAN
-        .get_or_init(|| async {
-            docker.version().await.is_ok_and(|v| {
-                v.components
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.name.starts_with("Podman"))
-            })
-        })
-        .await
-}
-
 /// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
 fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
     let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
@@ -227,6 +217,28 @@ fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<()
         *opt = super::seccomp::security_opt_as_file()
             .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
     }
+    Ok(())
+}
+
+/// Refuse what the engine cannot give this sandbox: its limits (unless the user accepted that,
+/// in which case every run says so), or, rootless, the project owner's uid.
+fn check_engine(engine: &super::engine::Engine, spec: &SandboxSpec) -> Result<(), SandboxError> {
+    engine.check_owner(spec.uid)?;
+    if engine.enforces_limits() {
+        return Ok(());
+    }
+    if !spec.allow_weak_limits {
+        return Err(SandboxError::WeakLimits {
+            engine: format!("{} {}", engine.kind, engine.version),
+        });
+    }
+    tracing::warn!(
+        "WEAK SANDBOX: the engine ({} {}, rootless on cgroup v1) enforces no memory, pids or CPU \
+         limit; a fork bomb or a memory hog in this sandbox reaches the whole machine \
+         (--allow-weak-limits)",
+        engine.kind,
+        engine.version
+    );
     Ok(())
 }
 
@@ -260,7 +272,7 @@ async fn prepare_volume(
         docker,
         spec,
         &seeder_name,
-        spec.seeder_body(name),
+        spec.seeder_body(name, &super::engine::engine(docker).await),
         "create the seeding container",
         "0:0".into(),
     )
@@ -338,16 +350,19 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
         Ok(()) => debug!(container = id, "removed"),
         Err(e) if status_of(&e) == Some(404) => debug!(container = id, "already gone"),
         // Auto-remove is already removing it: wait until it is really gone, so that "no
-        // container is left" holds when we return.
-        Err(e) if status_of(&e) == Some(409) => {
+        // container is left" holds when we return. Docker answers 409 then; Podman 500
+        // ("could not be stopped: ... container state improper: stopped"), measured.
+        Err(e) => {
             for _ in 0..100 {
                 if docker.inspect_container(id, None).await.is_err() {
-                    break;
+                    return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            if status_of(&e) != Some(409) {
+                tracing::warn!(container = id, error = %e, "could not remove container");
+            }
         }
-        Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
     }
 }
 
@@ -387,6 +402,8 @@ impl DockerSandbox {
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
+            let engine = super::engine::engine(docker).await;
+            check_engine(&engine, &spec)?;
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register(Resource::Creating {
@@ -460,7 +477,7 @@ impl DockerSandbox {
             docker,
             spec,
             &name,
-            spec.create_body(main, Some(etc.dir())),
+            spec.create_body(main, Some(etc.dir()), &super::engine::engine(docker).await),
             "create container",
             spec.user(),
         )

@@ -183,7 +183,7 @@ async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc
         docker,
         spec,
         &name,
-        spec.reader_body(),
+        spec.reader_body(&super::engine::engine(docker).await),
         "create a container to read the image's /etc/passwd",
         "0:0".into(),
     )

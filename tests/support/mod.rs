@@ -140,6 +140,7 @@ pub fn config() -> SandboxConfig {
         max_file_size: "1g".into(),
         runtime: None,
         per_call_exec: false,
+        allow_weak_limits: false,
     };
     SandboxConfig::from_args(&args).unwrap()
 }
