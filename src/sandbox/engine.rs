@@ -161,7 +161,9 @@ impl Engine {
     pub fn check_owner(&self, project_uid: u32) -> Result<(), SandboxError> {
         match self.owner_uid {
             Some(owner) if self.rootless && owner != project_uid => Err(SandboxError::Other(format!(
-                "the engine is rootless {} running as uid {owner}, and the project belongs to uid                  {project_uid}: a rootless engine can only write files as its own user. Run                  agentbox on a project of uid {owner}, or use a rootful engine",
+                "the engine is rootless {} running as uid {owner}, and the project belongs to uid \
+                 {project_uid}: a rootless engine can only write files as its own user. Run \
+                 agentbox on a project of uid {owner}, or use a rootful engine",
                 self.kind
             ))),
             _ => Ok(()),

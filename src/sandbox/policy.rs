@@ -895,6 +895,52 @@ mod tests {
     }
 
     #[test]
+    fn podman_gets_the_same_policy_in_its_own_words() {
+        let podman = Engine {
+            kind: crate::sandbox::EngineKind::Podman,
+            ..Engine::docker()
+        };
+        let hc = spec()
+            .create_body(MainProcess::Executor, None, &podman)
+            .host_config
+            .unwrap();
+        let tmpfs = hc.tmpfs.unwrap();
+        for dir in [HOME, HARNESS_DIR] {
+            assert!(tmpfs[dir].ends_with("mode=0700,U"), "{}", tmpfs[dir]);
+            assert!(!tmpfs[dir].contains("uid="), "Podman 4.3 refuses uid=");
+        }
+        let nproc = hc
+            .ulimits
+            .unwrap()
+            .into_iter()
+            .find(|u| u.name.as_deref() == Some("nproc"))
+            .unwrap();
+        assert_eq!(nproc.hard, Some(32768));
+        assert_eq!(hc.userns_mode, None, "rootful: no user namespace");
+        assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(hc.readonly_rootfs, Some(true));
+        // Keep-alive mode: `U` would give HOME to the keep-alive's uid, so it is shared instead.
+        let keepalive = spec()
+            .create_body(MainProcess::KeepAlive, None, &podman)
+            .host_config
+            .unwrap()
+            .tmpfs
+            .unwrap();
+        assert!(keepalive[HOME].ends_with("mode=1777"), "{}", keepalive[HOME]);
+        // Rootless: keep-id, so the owner's uid is the owner's on the host too.
+        let rootless = Engine {
+            rootless: true,
+            owner_uid: Some(1000),
+            ..podman
+        };
+        let body = spec().create_body(MainProcess::Executor, None, &rootless);
+        assert_eq!(body.user.as_deref(), Some("1000:1000"), "not root inside");
+        assert_eq!(body.host_config.unwrap().userns_mode.as_deref(), Some("keep-id"));
+        let seeder = spec().seeder_body("v", &rootless).host_config.unwrap();
+        assert_eq!(seeder.userns_mode.as_deref(), Some("keep-id"));
+    }
+
+    #[test]
     fn keepalive_runs_as_another_uid() {
         let mut s = spec();
         assert_eq!(s.keepalive_uid(), 65534);
