@@ -233,6 +233,9 @@ fn security_opts() -> Vec<String> {
     vec!["no-new-privileges".into(), super::seccomp::security_opt()]
 }
 
+/// Open files per process.
+const NOFILE: i64 = 4096;
+
 /// Resource limits of every process: open files, processes of the uid, file size, no core dumps.
 /// Podman needs them explicit (its defaults exceed what it may set; see `engine`), and they are
 /// good hardening on any engine.
@@ -243,7 +246,7 @@ fn ulimits(engine: &Engine, max_file_bytes: i64) -> Vec<ResourcesUlimits> {
         hard: Some(value),
     };
     vec![
-        ulimit("nofile", 4096),
+        ulimit("nofile", NOFILE),
         // Counted per uid across the host, so generous; the pids limit is the real cap.
         ulimit("nproc", engine.nproc_limit()),
         ulimit("fsize", max_file_bytes),
@@ -327,6 +330,12 @@ impl SandboxSpec {
     fn fixed_env(&self) -> Vec<String> {
         [
             format!("PATH={BASE_PATH}"),
+            // The executor sets these limits itself as well (see `lower_rlimits` in
+            // executor.py): not every engine applies the container's ulimits.
+            format!(
+                "AGENTBOX_RLIMITS=fsize:{},nofile:{NOFILE},core:0",
+                self.limits.max_file_bytes
+            ),
             format!("HOME={HOME}"),
             "LANG=C.UTF-8".into(),
             "TERM=dumb".into(),
