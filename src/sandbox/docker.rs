@@ -49,9 +49,16 @@ done"#;
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
 /// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
 /// kernel kills it rather than the keep-alive, whose end would be the session's.
+///
+/// It also lowers the limits `AGENTBOX_RLIMITS` names, as the executor does for its commands:
+/// rootless Podman 4.3 drops a container's ulimits. `ulimit -f` counts 512-byte blocks in a
+/// POSIX `sh` (dash, busybox, bash as sh).
 pub(super) fn per_call_wrapper() -> String {
-    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
+    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n{RLIMITS}\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
+
+const RLIMITS: &str = r#"case "$AGENTBOX_RLIMITS" in fsize:*) f=${AGENTBOX_RLIMITS#fsize:}; ulimit -f $((${f%%,*} / 512)) 2>/dev/null;; esac
+ulimit -n 4096 2>/dev/null; ulimit -c 0 2>/dev/null"#;
 
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
 const WATCHDOG: Duration = Duration::from_secs(10);
