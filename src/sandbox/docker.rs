@@ -361,10 +361,12 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
         // ("could not be stopped: ... container state improper: stopped"), measured.
         Err(e) => {
             for _ in 0..100 {
-                if docker.inspect_container(id, None).await.is_err() {
-                    return;
+                match docker.inspect_container(id, None).await {
+                    Err(gone) if status_of(&gone) == Some(404) => return,
+                    // The daemon does not answer: say so below.
+                    Err(_) => break,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if status_of(&e) != Some(409) {
                 tracing::warn!(container = id, error = %e, "could not remove container");
