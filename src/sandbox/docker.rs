@@ -363,9 +363,13 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
             for _ in 0..100 {
                 match docker.inspect_container(id, None).await {
                     Err(gone) if status_of(&gone) == Some(404) => return,
+                    // Still there, in a state only Podman has ("stopped"), which bollard's
+                    // model cannot read; or still there.
+                    Err(BollardError::JsonDataError { .. }) | Ok(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
                     // The daemon does not answer: say so below.
                     Err(_) => break,
-                    Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
             }
             if status_of(&e) != Some(409) {
