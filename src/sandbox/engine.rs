@@ -296,6 +296,19 @@ mod tests {
     }
 
     #[test]
+    fn the_refusal_names_the_flag_that_accepts_weak_limits() {
+        let text = SandboxError::WeakLimits {
+            engine: "Podman 4.3.1".into(),
+        }
+        .to_string();
+        assert!(text.contains("--allow-weak-limits"), "{text}");
+        assert!(
+            text.contains("Podman 4.3.1") && text.contains("cgroup v1"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn podman_gets_its_own_tmpfs_owner_option_and_nproc() {
         let mut e = Engine::docker();
         assert_eq!(e.tmpfs_owner(1000, 100), "uid=1000,gid=100");
