@@ -60,6 +60,7 @@ fn config(per_call: bool) -> SandboxConfig {
         max_file_size: "2g".into(),
         runtime: None,
         per_call_exec: per_call,
+        allow_weak_limits: false,
     })
     .expect("config");
     cfg.per_call_exec = per_call;
@@ -1021,6 +1022,10 @@ async fn main() {
     }
     if args.iter().any(|a| a == "startup") {
         return startup(starts).await;
+    }
+    // `-- round-trips`: only the per-call rows (with DOCKER_HOST set, to compare engines).
+    if args.iter().any(|a| a == "round-trips") {
+        return round_trips(n).await;
     }
     // `-- egress`: the egress proxy's added latency and its throughput, on loopback.
     if args.iter().any(|a| a == "egress") {

@@ -98,6 +98,11 @@ pub struct SandboxArgs {
     /// images without python3 this is chosen automatically).
     #[arg(long)]
     pub per_call_exec: bool,
+
+    /// Run even where the engine cannot enforce the memory, pids and CPU limits (rootless
+    /// Podman or Docker on cgroup v1), with a warning on every run. Refused without it.
+    #[arg(long, env = "AGENTBOX_ALLOW_WEAK_LIMITS", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub allow_weak_limits: bool,
 }
 
 #[derive(Debug, Args)]

@@ -49,9 +49,16 @@ done"#;
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
 /// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
 /// kernel kills it rather than the keep-alive, whose end would be the session's.
+///
+/// It also lowers the limits `AGENTBOX_RLIMITS` names, as the executor does for its commands:
+/// rootless Podman 4.3 drops a container's ulimits. `ulimit -f` counts 512-byte blocks in a
+/// POSIX `sh` (dash, busybox, bash as sh).
 pub(super) fn per_call_wrapper() -> String {
-    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
+    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n{RLIMITS}\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
+
+const RLIMITS: &str = r#"case "$AGENTBOX_RLIMITS" in fsize:*) f=${AGENTBOX_RLIMITS#fsize:}; ulimit -f $((${f%%,*} / 512)) 2>/dev/null;; esac
+ulimit -n 4096 2>/dev/null; ulimit -c 0 2>/dev/null"#;
 
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
 const WATCHDOG: Duration = Duration::from_secs(10);
@@ -88,7 +95,11 @@ fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
 
 /// Connect to the engine in force (see `engine`) and check it answers.
 pub async fn connect_docker() -> Result<Docker, SandboxError> {
-    super::engine::current().connect().await
+    let docker = super::engine::current().connect().await?;
+    // Which engine, now: the policy adapts to it (see `flavor`).
+    let info = super::flavor::info(&docker).await;
+    debug!(engine = %info.kind, version = %info.version, rootless = info.rootless, "connected");
+    Ok(docker)
 }
 
 pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
@@ -175,7 +186,7 @@ pub(super) async fn create_tracked(
     what: &'static str,
     user: String,
 ) -> Result<(String, Registration), SandboxError> {
-    if is_podman(docker).await {
+    if super::flavor::info(docker).await.is_podman() {
         seccomp_as_file(&mut body)?;
     }
     let registration = spec.cleanup.register(Resource::Creating {
@@ -215,21 +226,6 @@ pub(super) async fn create_tracked(
     }
 }
 
-/// Whether the engine is Podman (its Docker-compatible API), asked once per process.
-async fn is_podman(docker: &Docker) -> bool {
-    static PODMAN: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
-    *PODMAN
-        .get_or_init(|| async {
-            docker.version().await.is_ok_and(|v| {
-                v.components
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.name.starts_with("Podman"))
-            })
-        })
-        .await
-}
-
 /// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
 fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
     let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
@@ -239,6 +235,28 @@ fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<()
         *opt = super::seccomp::security_opt_as_file()
             .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
     }
+    Ok(())
+}
+
+/// Refuse what the engine cannot give this sandbox: its limits (unless the user accepted that,
+/// in which case every run says so), or, rootless, the project owner's uid.
+fn check_engine(engine: &super::flavor::EngineInfo, spec: &SandboxSpec) -> Result<(), SandboxError> {
+    engine.check_owner(spec.uid)?;
+    if engine.enforces_limits() {
+        return Ok(());
+    }
+    if !spec.allow_weak_limits {
+        return Err(SandboxError::WeakLimits {
+            engine: format!("{} {}", engine.kind, engine.version),
+        });
+    }
+    tracing::warn!(
+        "WEAK SANDBOX: the engine ({} {}, rootless on cgroup v1) enforces no memory, pids or CPU \
+         limit; a fork bomb or a memory hog in this sandbox reaches the whole machine \
+         (--allow-weak-limits)",
+        engine.kind,
+        engine.version
+    );
     Ok(())
 }
 
@@ -272,7 +290,7 @@ async fn prepare_volume(
         docker,
         spec,
         &seeder_name,
-        spec.seeder_body(name),
+        spec.seeder_body(name, &super::flavor::info(docker).await),
         "create the seeding container",
         "0:0".into(),
     )
@@ -350,16 +368,25 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
         Ok(()) => debug!(container = id, "removed"),
         Err(e) if status_of(&e) == Some(404) => debug!(container = id, "already gone"),
         // Auto-remove is already removing it: wait until it is really gone, so that "no
-        // container is left" holds when we return.
-        Err(e) if status_of(&e) == Some(409) => {
+        // container is left" holds when we return. Docker answers 409 then; Podman 500
+        // ("could not be stopped: ... container state improper: stopped"), measured.
+        Err(e) => {
             for _ in 0..100 {
-                if docker.inspect_container(id, None).await.is_err() {
-                    break;
+                match docker.inspect_container(id, None).await {
+                    Err(gone) if status_of(&gone) == Some(404) => return,
+                    // Still there, in a state only Podman has ("stopped"), which bollard's
+                    // model cannot read; or still there.
+                    Err(BollardError::JsonDataError { .. }) | Ok(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    // The daemon does not answer: say so below.
+                    Err(_) => break,
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if status_of(&e) != Some(409) {
+                tracing::warn!(container = id, error = %e, "could not remove container");
             }
         }
-        Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
     }
 }
 
@@ -401,6 +428,8 @@ impl DockerSandbox {
         let span = info_span!("sandbox", session = %spec.session);
         async {
             remote_check(&spec)?;
+            let engine = super::flavor::info(docker).await;
+            check_engine(&engine, &spec)?;
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register(Resource::Creating {
@@ -469,14 +498,15 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
+        let engine = super::flavor::info(docker).await;
         let (etc, body) = if super::engine::current().is_remote() {
             // No bind mount of this machine's files: the entries come in an image layer.
             let mut with_user = spec.clone();
             with_user.image = super::identity::image_with_user(docker, spec).await?;
-            (None, with_user.create_body(main, None))
+            (None, with_user.create_body(main, None, &engine))
         } else {
             let etc = super::identity::etc_files(docker, spec).await?;
-            let body = spec.create_body(main, Some(etc.dir()));
+            let body = spec.create_body(main, Some(etc.dir()), &engine);
             (Some(etc), body)
         };
         let (id, registration) =

@@ -91,7 +91,7 @@ pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<Stri
         docker,
         spec,
         &container,
-        spec.identity_body(),
+        spec.identity_body(&super::flavor::info(docker).await),
         "create a container for the sandbox user's /etc entries",
         "0:0".into(),
     )
@@ -283,7 +283,7 @@ async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc
         docker,
         spec,
         &name,
-        spec.reader_body(),
+        spec.reader_body(&super::flavor::info(docker).await),
         "create a container to read the image's /etc/passwd",
         "0:0".into(),
     )

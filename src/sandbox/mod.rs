@@ -10,6 +10,7 @@ pub mod cleanup;
 mod docker;
 pub mod engine;
 pub(crate) mod executor;
+pub mod flavor;
 pub mod fsop;
 pub mod gc;
 pub mod gitquote;
@@ -27,6 +28,7 @@ pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
 pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
+pub use flavor::{EngineInfo, EngineKind};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
     BASE_PATH, CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY,
@@ -212,6 +214,13 @@ pub enum SandboxError {
          cannot go on ({0})"
     )]
     OutOfMemory(String),
+    #[error(
+        "the engine ({engine}) is rootless on cgroup v1 and cannot enforce the sandbox's memory, \
+         pids and CPU limits: a fork bomb or memory hog in the sandbox would reach the whole \
+         machine. Use a rootful engine, or cgroup v2, or accept the weaker sandbox with \
+         --allow-weak-limits (AGENTBOX_ALLOW_WEAK_LIMITS=1)"
+    )]
+    WeakLimits { engine: String },
     #[error("the sandbox's command runner failed ({0}); the session cannot go on")]
     ExecutorLost(String),
     #[error("docker: {context}: {source}")]
