@@ -207,8 +207,7 @@ pub fn is_gvisor(runtime: &str) -> bool {
 /// The fix for a runtime's start failure, when the failure is a known one.
 pub fn runtime_fix(message: &str) -> Option<&'static str> {
     let m = message.to_lowercase();
-    m.contains("root network namespace")
-        .then_some(RUNSC_FIX)
+    m.contains("root network namespace").then_some(RUNSC_FIX)
 }
 
 #[derive(Debug, thiserror::Error)]
