@@ -107,7 +107,10 @@ async fn under_gvisor_running_out_of_memory_says_the_whole_sandbox_stopped() {
     // Touches every page (as the hostile memory hog does), well past --memory.
     let hog = "x = [b'x' * (64 << 20) for _ in range(64)]; print('the memory limit did not hold')";
     let got = sb
-        .exec(ExecRequest::argv(["python3", "-c", hog], Duration::from_secs(120)))
+        .exec(ExecRequest::argv(
+            ["python3", "-c", hog],
+            Duration::from_secs(120),
+        ))
         .await;
     match &got {
         Err(SandboxError::SandboxOutOfMemory { runtime, .. }) => assert_eq!(runtime, "runsc"),
@@ -115,17 +118,15 @@ async fn under_gvisor_running_out_of_memory_says_the_whole_sandbox_stopped() {
     }
     let message = got.unwrap_err().to_string();
     assert!(
-        message.contains("ran out of memory (--memory) and gVisor (--runtime runsc) stopped the whole sandbox"),
+        message
+            .contains("ran out of memory (--memory) and gVisor (--runtime runsc) stopped the whole sandbox"),
         "{message}"
     );
     // Nothing runs there any more, and nothing is left behind.
     let after = sb
         .exec(ExecRequest::argv(["true"], Duration::from_secs(10)))
         .await;
-    assert!(
-        matches!(after, Err(SandboxError::ContainerGone(_))),
-        "{after:?}"
-    );
+    assert!(matches!(after, Err(SandboxError::ContainerGone(_))), "{after:?}");
     assert_removed(&sb).await;
     sb.shutdown().await.unwrap();
 }
