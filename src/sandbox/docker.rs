@@ -855,7 +855,10 @@ impl DockerSandbox {
         let filters = HashMap::from([
             ("container".to_string(), vec![self.info.container_id.clone()]),
             ("type".to_string(), vec!["container".to_string()]),
-            ("event".to_string(), vec!["oom".to_string(), "die".to_string()]),
+            (
+                "event".to_string(),
+                vec!["oom".to_string(), "kill".to_string(), "die".to_string()],
+            ),
         ]);
         let look = async {
             // The `die` event can trail the container's end by a moment.
@@ -870,6 +873,7 @@ impl DockerSandbox {
                     .filters(&filters)
                     .build();
                 let mut oom = false;
+                let mut killed = false;
                 let mut died_with = None;
                 let mut events = self.docker.events(Some(opts));
                 while let Some(event) = events.next().await {
@@ -877,6 +881,7 @@ impl DockerSandbox {
                     let Ok(event) = event else { return None };
                     match event.action.as_deref() {
                         Some("oom") => oom = true,
+                        Some("kill") => killed = true,
                         Some("die") => {
                             let code = event
                                 .actor
@@ -888,7 +893,11 @@ impl DockerSandbox {
                     }
                 }
                 if let Some(exit_code) = died_with {
-                    return Some(Death { oom, exit_code });
+                    return Some(Death {
+                        oom,
+                        killed,
+                        exit_code,
+                    });
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -906,7 +915,12 @@ impl DockerSandbox {
         };
         let gvisor = self.runtime.as_deref().filter(|r| super::is_gvisor(r));
         match (gvisor, death) {
-            (None, Death { oom: true, exit_code }) if exit_code == "137" => SandboxError::OutOfMemory(why),
+            (
+                None,
+                Death {
+                    oom: true, exit_code, ..
+                },
+            ) if exit_code == "137" => SandboxError::OutOfMemory(why),
             (Some(runtime), Death { oom: true, .. }) => SandboxError::SandboxOutOfMemory {
                 runtime: runtime.to_string(),
                 detail: why,
@@ -914,13 +928,18 @@ impl DockerSandbox {
             // gVisor's kernel (the sentry) ends with its own status when the host refuses it a
             // process or thread: measured with Debian's runsc 2022-12 on the ptrace platform,
             // a fork bomb reaching --pids-limit ends the whole sandbox with status 2.
-            (Some(runtime), Death { exit_code, .. }) if exit_code != "0" && exit_code != "137" => {
-                SandboxError::SandboxEnded {
-                    runtime: runtime.to_string(),
+            (
+                Some(runtime),
+                Death {
+                    killed: false,
                     exit_code,
-                    detail: why,
-                }
-            }
+                    ..
+                },
+            ) if exit_code != "0" && exit_code != "137" => SandboxError::SandboxEnded {
+                runtime: runtime.to_string(),
+                exit_code,
+                detail: why,
+            },
             _ => SandboxError::ContainerGone(why),
         }
     }
@@ -967,6 +986,8 @@ fn parse_oom_kills(text: &[u8]) -> Option<i64> {
 struct Death {
     /// The memory cgroup's OOM killer fired in it.
     oom: bool,
+    /// It was killed through the API (`docker kill`, `docker rm -f`): from outside.
+    killed: bool,
     /// The `die` event's exit status, as the daemon gives it ("137": SIGKILL).
     exit_code: String,
 }

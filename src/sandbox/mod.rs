@@ -320,3 +320,28 @@ pub trait Sandbox: Send + Sync {
     /// Remove the sandbox. Idempotent; later calls to `exec` fail.
     async fn shutdown(&self) -> Result<(), SandboxError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gvisors_network_failure_gets_the_runsc_fix_and_others_none() {
+        // As Docker 20.10 relays it from Debian's runsc 2022-12.
+        let seen = "OCI runtime start failed: starting container: setting up network: creating \
+                    interfaces from net namespace \"/proc/16625/ns/net\": cannot run with network \
+                    enabled in root network namespace: unknown";
+        assert_eq!(runtime_fix(seen), Some(RUNSC_FIX));
+        assert!(RUNSC_FIX.contains("\"--network=none\", \"--platform=ptrace\""));
+        assert!(RUNSC_FIX.contains("kill -HUP"));
+        assert_eq!(runtime_fix("OCI runtime create failed: exec format error"), None);
+    }
+
+    #[test]
+    fn gvisor_is_told_by_the_runtimes_name() {
+        assert!(is_gvisor("runsc"));
+        assert!(is_gvisor("runsc-kvm"));
+        assert!(!is_gvisor("runc"));
+        assert!(!is_gvisor("crun"));
+    }
+}
