@@ -28,13 +28,11 @@ test: (image "debug")
     scripts/mcp-client-venv target/mcp-client-venv
     cargo test --locked
 
-# Scenarios where gVisor behaves differently say so in the tests. The keep-alive's memory
-# scenario is left out: there a dead gVisor sandbox is noticed only at the command's timeout
-# plus the watchdog (two minutes; README, "gVisor").
+# Scenarios where gVisor behaves differently say so in the tests (README, "gVisor").
 # The hostile suites again, every sandbox under gVisor (runsc registered: scripts/ci-runsc).
 test-gvisor: (image "debug")
     AGENTBOX_TEST_RUNTIME=runsc cargo test --locked --test hostile --test hostile_git \
-        --test hostile_isolate --test hostile_kernel -- --skip kill_commands_not_the_keepalive
+        --test hostile_isolate --test hostile_kernel
 
 # Speed and memory, side by side with `docker exec` and a host process (a few minutes).
 bench: (image "debug")

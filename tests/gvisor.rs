@@ -159,3 +159,36 @@ async fn under_gvisor_a_fork_bomb_at_the_pids_limit_says_gvisor_ended_the_sandbo
     assert_removed(&sb).await;
     sb.shutdown().await.unwrap();
 }
+
+#[test]
+fn under_gvisor_exec_past_memory_ends_with_the_reason_not_the_timeout() {
+    if !tokio::runtime::Runtime::new().unwrap().block_on(runsc_registered(
+        "under_gvisor_exec_past_memory_ends_with_the_reason_not_the_timeout",
+    )) {
+        return;
+    }
+    let project = Project::new(&[]);
+    // A 40 GiB allocation: under runc a MemoryError; under gVisor the whole sandbox stops, and
+    // the exec's stream stays open (without watching the container, exec waits for the timeout).
+    let out = run(agentbox()
+        .args([
+            "exec",
+            "--runtime",
+            "runsc",
+            "--memory",
+            "1g",
+            "--command-timeout",
+            "100",
+        ])
+        .arg(project.path())
+        .args(["--", "python3", "-c", "b = bytearray(40 * 2**30); print(len(b))"]));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(
+            "the sandbox ran out of memory (--memory) and gVisor (--runtime runsc) stopped the whole sandbox"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("timed out"), "{err}");
+}

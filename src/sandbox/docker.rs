@@ -654,6 +654,39 @@ impl DockerSandbox {
         Ok(())
     }
 
+    /// Resolves once the container is no longer running. Under gVisor a Docker exec's stream
+    /// can stay open after the whole sandbox died (runsc's wait for the process fails and
+    /// nothing closes the stream), so whoever reads one also waits for this: the container's
+    /// own end is the answer then, not the command's timeout.
+    async fn stopped(&self) -> SandboxError {
+        let cid = &self.info.container_id;
+        loop {
+            let mut wait = self
+                .docker
+                .wait_container(cid, None::<bollard::query_parameters::WaitContainerOptions>);
+            let _ = wait.next().await;
+            if !self.container_running().await {
+                break;
+            }
+            // An answer while it runs (a dropped connection): ask again, without spinning.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        self.gone.store(true, Ordering::Release);
+        SandboxError::ContainerGone(format!(
+            "container {} stopped while running a command",
+            short(cid)
+        ))
+    }
+
+    /// [`Self::stopped`], said in the words that fit why (see [`Self::explain_death`]), for
+    /// those that read an attached process's streams (`exec`, `shell`).
+    pub async fn ended(&self) -> SandboxError {
+        match self.stopped().await {
+            SandboxError::ContainerGone(why) => self.explain_death(why).await,
+            other => other,
+        }
+    }
+
     /// Is the container still running? Used to tell "the command runner died" from "the whole
     /// container was killed from outside".
     async fn container_running(&self) -> bool {
@@ -742,6 +775,8 @@ impl DockerSandbox {
         let mut oom_after = None;
         let deadline = tokio::time::sleep(req.timeout);
         tokio::pin!(deadline);
+        let stopped = self.stopped();
+        tokio::pin!(stopped);
         loop {
             tokio::select! {
                 item = output.next() => match item {
@@ -751,6 +786,7 @@ impl DockerSandbox {
                     Some(Err(e)) => return Err(container_error(cid, "exec stream", e)),
                     None => break,
                 },
+                gone = &mut stopped => return Err(gone),
                 _ = &mut deadline => {
                     if timed_out {
                         // The sweep did not close the stream in time; stop waiting for it.
@@ -764,6 +800,21 @@ impl DockerSandbox {
         }
         if let Some(w) = writer {
             w.abort();
+        }
+        // Under gVisor an exec whose sandbox died can also end at once, with runsc's own status
+        // (128: "waiting on PID ...: EOF"), a moment before the container is seen to stop.
+        if !timed_out && self.runtime.as_deref().is_some_and(super::is_gvisor) {
+            let code = self
+                .docker
+                .inspect_exec(&exec.id)
+                .await
+                .ok()
+                .and_then(|i| i.exit_code);
+            if code.is_none_or(|c| c >= 128)
+                && let Ok(gone) = tokio::time::timeout(Duration::from_secs(2), &mut stopped).await
+            {
+                return Err(gone);
+            }
         }
         // The wrapper's own sweep can be escaped by a command that kills the wrapper: sweep again
         // from a fresh exec, so nothing outlives the command in this mode either.
