@@ -343,6 +343,8 @@ async fn startup(n: usize) {
                     labels: Some([("agentbox.session".to_string(), name.clone())].into()),
                     host_config: Some(bollard::models::HostConfig {
                         network_mode: Some("none".into()),
+                        // The same runtime as the sandboxes above, so the share compares.
+                        runtime: bench_runtime(),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -380,14 +382,11 @@ async fn startup(n: usize) {
             n,
             || {
                 let mut c = Command::new("docker");
-                c.args([
-                    "run",
-                    "--rm",
-                    "--network",
-                    "none",
-                    agentbox::image::DEFAULT_IMAGE,
-                    "true",
-                ]);
+                c.args(["run", "--rm", "--network", "none"]);
+                if let Some(r) = bench_runtime() {
+                    c.args(["--runtime", &r]);
+                }
+                c.args([agentbox::image::DEFAULT_IMAGE, "true"]);
                 c
             },
             None,
