@@ -33,6 +33,10 @@ async fn runsc_registered(test: &str) -> bool {
 }
 
 async fn gvisor_sandbox(project: &Project, memory: &str, pids: i64) -> DockerSandbox {
+    gvisor_sandbox_with(project, memory, pids, false).await
+}
+
+async fn gvisor_sandbox_with(project: &Project, memory: &str, pids: i64, per_call: bool) -> DockerSandbox {
     let args = agentbox::cli::SandboxArgs {
         image: Some(agentbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
@@ -43,7 +47,7 @@ async fn gvisor_sandbox(project: &Project, memory: &str, pids: i64) -> DockerSan
         tmp_size: "64m".into(),
         max_file_size: "1g".into(),
         runtime: Some("runsc".into()),
-        per_call_exec: false,
+        per_call_exec: per_call,
     };
     let cfg = agentbox::config::SandboxConfig::from_args(&args).unwrap();
     sandbox_with(project, &cfg).await
@@ -191,4 +195,32 @@ fn under_gvisor_exec_past_memory_ends_with_the_reason_not_the_timeout() {
         "{err}"
     );
     assert!(!err.contains("timed out"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gvisor_the_file_tools_work_with_one_docker_exec_per_call() {
+    if !runsc_registered("under_gvisor_the_file_tools_work_with_one_docker_exec_per_call").await {
+        return;
+    }
+    let project = Project::new(&[("notes.txt", "one\n")]);
+    std::fs::set_permissions(
+        project.file("notes.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    let sb = gvisor_sandbox_with(&project, "1g", 256, true).await;
+    let ws = agentbox::workspace::Workspace::new(&sb);
+    // Reading needs the size and replacing the mode: coreutils' `stat` cannot give either
+    // under this gVisor (statx with AT_NO_AUTOMOUNT: EINVAL).
+    let read = ws.read("notes.txt", 100).await.unwrap();
+    assert_eq!((read.data.as_slice(), read.size), (&b"one\n"[..], 4));
+    ws.replace("notes.txt", b"two\n".to_vec()).await.unwrap();
+    assert_eq!(project.read("notes.txt"), "two\n");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(project.file("notes.txt"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o7777, 0o640, "the mode survives the atomic replace");
+    sb.shutdown().await.unwrap();
 }
