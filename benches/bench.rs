@@ -4,9 +4,9 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|roundtrip|eval]]   ("quick"
+//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|round-trips|eval]]   ("quick"
 //! runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only the
-//! proxy's, "roundtrip" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
+//! proxy's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
 //! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
@@ -62,6 +62,7 @@ fn config(per_call: bool) -> SandboxConfig {
         max_file_size: "2g".into(),
         runtime: bench_runtime(),
         per_call_exec: per_call,
+        allow_weak_limits: false,
     })
     .expect("config");
     cfg.per_call_exec = per_call;
@@ -1029,7 +1030,8 @@ async fn main() {
     if args.iter().any(|a| a == "startup") {
         return startup(starts).await;
     }
-    if args.iter().any(|a| a == "roundtrip") {
+    // `-- round-trips`: only the per-call rows (with DOCKER_HOST set, to compare engines).
+    if args.iter().any(|a| a == "round-trips") {
         return round_trips(n).await;
     }
     // `-- egress`: the egress proxy's added latency and its throughput, on loopback.

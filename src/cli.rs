@@ -98,6 +98,11 @@ pub struct SandboxArgs {
     /// images without python3 this is chosen automatically).
     #[arg(long)]
     pub per_call_exec: bool,
+
+    /// Run even where the engine cannot enforce the memory, pids and CPU limits (rootless
+    /// Podman or Docker on cgroup v1), with a warning on every run. Refused without it.
+    #[arg(long, env = "AGENTBOX_ALLOW_WEAK_LIMITS", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub allow_weak_limits: bool,
 }
 
 #[derive(Debug, Args)]
@@ -495,12 +500,12 @@ pub struct RunArgs {
     pub isolate: bool,
 
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
-    #[arg(long, value_name = "FILE", requires = "isolate")]
+    #[arg(long, value_name = "FILE")]
     pub patch: Option<PathBuf>,
 
-    /// With --isolate: apply the changes to the project afterwards, all or nothing, refusing if
-    /// the project's files changed during the run.
-    #[arg(long, requires = "isolate")]
+    /// With --isolate (implied on a remote engine): apply the changes to the project
+    /// afterwards, all or nothing, refusing if the project's files changed during the run.
+    #[arg(long)]
     pub apply: bool,
 
     /// The project directory, mounted at /workspace.
@@ -557,6 +562,14 @@ pub struct EvalArgs {
     /// Tasks run at once [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub jobs: Option<u32>,
+
+    /// Run the tasks on this Docker engine: `URL[=JOBS][,certs=DIR]` (repeatable), e.g.
+    /// `unix:///var/run/docker.sock=2` or `tcp://host:2376=4,certs=~/.docker/host`. JOBS: its
+    /// tasks at once [default: --jobs, else its CPU count]; certs: its TLS material (ca.pem,
+    /// cert.pem, key.pem) [default for tcp://: DOCKER_TLS_VERIFY/DOCKER_CERT_PATH]. A task on
+    /// an engine that dies goes to another.
+    #[arg(long = "engine", value_name = "URL[=JOBS][,certs=DIR]")]
+    pub engines: Vec<String>,
 
     /// Sandboxes made ready ahead of the running tasks, so the next task starts on a sandbox
     /// that exists already (0: make each one when its task starts) [default: as many as --jobs].

@@ -38,6 +38,8 @@ pub struct SandboxConfig {
     pub limits: Limits,
     pub runtime: Option<String>,
     pub per_call_exec: bool,
+    /// `--allow-weak-limits`: start where the engine cannot enforce the limits, loudly.
+    pub allow_weak_limits: bool,
     /// The run's cleanup owner (from `app.rs`), handed to every sandbox this config starts.
     pub cleanup: crate::sandbox::Cleanup,
     /// Egress socket and dependency caches for the sandboxes this config starts (the session
@@ -126,6 +128,7 @@ impl SandboxConfig {
             limits,
             runtime: args.runtime.clone().filter(|r| !r.is_empty()),
             per_call_exec: args.per_call_exec,
+            allow_weak_limits: args.allow_weak_limits,
             cleanup: Default::default(),
             extras: Default::default(),
         })
@@ -163,6 +166,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            allow_weak_limits: self.allow_weak_limits,
             read_only: false,
             cleanup: self.cleanup.clone(),
             extras: self.extras.clone(),
@@ -182,6 +186,7 @@ impl SandboxConfig {
             runtime: self.runtime.clone(),
             per_call_exec: self.per_call_exec,
             labels: Vec::new(),
+            allow_weak_limits: self.allow_weak_limits,
             read_only: false,
             cleanup: self.cleanup.clone(),
             extras: self.extras.clone(),

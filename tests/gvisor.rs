@@ -48,6 +48,7 @@ async fn gvisor_sandbox_with(project: &Project, memory: &str, pids: i64, per_cal
         max_file_size: "1g".into(),
         runtime: Some("runsc".into()),
         per_call_exec: per_call,
+        allow_weak_limits: false,
     };
     let cfg = agentbox::config::SandboxConfig::from_args(&args).unwrap();
     sandbox_with(project, &cfg).await

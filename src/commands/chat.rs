@@ -35,6 +35,15 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
     settings.sandbox.cleanup = cleanup.clone();
+    let engine = crate::sandbox::engine::current();
+    if engine.is_remote() {
+        return Err(crate::config::UsageError(format!(
+            "chat works on a bind-mounted project, which the remote engine {} cannot mount; use `agentbox run` \
+             (the project is copied in and the changes come back as a patch) or `agentbox shell`",
+            engine.describe()
+        ))
+        .into());
+    }
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
     errln!("{HELP}");

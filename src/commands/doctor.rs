@@ -63,38 +63,22 @@ pub async fn run(args: DoctorArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             return Ok(1);
         }
     };
-    match docker.version().await {
-        Ok(v) => {
-            let api = v.api_version.unwrap_or_default();
-            r.line(
-                Level::Ok,
-                "docker",
-                format!(
-                    "{} at {endpoint}, engine {}, API {api}",
-                    v.os.unwrap_or_default(),
-                    v.version.unwrap_or_default()
-                ),
-                None,
-            );
-            if version_lt(&api, (1, 41)) {
-                r.line(
-                    Level::Warn,
-                    "docker API",
-                    format!("{api} is older than 1.41, the oldest tested"),
-                    Some("upgrade Docker"),
-                );
-            }
+    let engine = match crate::sandbox::EngineInfo::detect(&docker).await {
+        Ok(engine) => engine,
+        Err(e) => {
+            r.line(Level::Fail, "docker", format!("version query failed: {e}"), None);
+            return Ok(1);
         }
-        Err(e) => r.line(Level::Fail, "docker", format!("version query failed: {e}"), None),
-    }
-    check_runtimes(&docker, &cfg, &mut r).await;
+    };
+    check_engine(&engine, &endpoint, &cfg, &mut r);
+    check_runtimes(&docker, &cfg, engine.is_podman(), &mut r).await;
     let image_ok = check_image(&docker, &cfg, &mut r).await;
     if let Some(project) = &args.project {
         check_project(project, &mut r);
         check_detection(&docker, &cfg, project, &mut r).await;
     }
     if image_ok {
-        check_policy(&docker, &cfg, &mut r).await;
+        check_policy(&docker, &cfg, engine.enforces_limits(), &mut r).await;
     }
     match gc::collect(&docker, false, true)
         .await
@@ -130,7 +114,7 @@ fn version_lt(version: &str, min: (u32, u32)) -> bool {
     v < min
 }
 
-async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
+async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, podman: bool, r: &mut Report) {
     let Ok(info) = docker.info().await else {
         r.line(Level::Warn, "runtimes", "cannot query the daemon's info", None);
         return;
@@ -138,7 +122,10 @@ async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
     let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
     names.sort();
     let default = info.default_runtime.unwrap_or_else(|| "runc".into());
-    let gvisor = if names.iter().any(|n| n == "runsc") {
+    // Podman lists every runtime its containers.conf names, installed or not.
+    let gvisor = if podman {
+        "; Podman lists the runtimes it is configured for, installed or not"
+    } else if names.iter().any(|n| n == "runsc") {
         "; gVisor available: --runtime runsc"
     } else {
         ""
@@ -164,12 +151,63 @@ async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
             }),
         );
     }
-    if info.cgroup_version.as_ref().map(|v| v.to_string()).as_deref() == Some("1") {
+}
+
+/// Which engine answers, how it runs, and what agentbox adapts for it; a rootless engine on
+/// cgroup v1 cannot enforce the limits, which is a failure unless `--allow-weak-limits`.
+fn check_engine(engine: &crate::sandbox::EngineInfo, endpoint: &str, cfg: &SandboxConfig, r: &mut Report) {
+    let api = &engine.api_version;
+    r.line(
+        Level::Ok,
+        "engine",
+        format!(
+            "{} {} at {endpoint}, API {api}, {}",
+            engine.kind,
+            engine.version,
+            if engine.rootless { "rootless" } else { "rootful" }
+        ),
+        None,
+    );
+    if version_lt(api, (1, 41)) {
+        r.line(
+            Level::Warn,
+            "docker API",
+            format!("{api} is older than 1.41, the oldest tested"),
+            Some("upgrade the engine"),
+        );
+    }
+    for adaptation in engine.adaptations() {
+        r.line(Level::Ok, "adapted", adaptation, None);
+    }
+    let cgroups = engine.cgroup_version.as_deref().unwrap_or("?");
+    if engine.enforces_limits() {
         r.line(
             Level::Ok,
             "cgroups",
-            "v1 (memory, pids and CPU limits apply)",
+            format!("v{cgroups} (memory, pids and CPU limits apply)"),
             None,
+        );
+    } else {
+        let level = if cfg.allow_weak_limits {
+            Level::Warn
+        } else {
+            Level::Fail
+        };
+        r.line(
+            level,
+            "cgroups",
+            format!(
+                "v{cgroups}, rootless: the engine cannot enforce memory, pids or CPU limits; agentbox {}",
+                if cfg.allow_weak_limits {
+                    "runs anyway (--allow-weak-limits) and warns on every run"
+                } else {
+                    "refuses to start a sandbox"
+                }
+            ),
+            Some(
+                "use a rootful engine or a machine with cgroup v2, or accept the weaker sandbox with \
+                 --allow-weak-limits",
+            ),
         );
     }
 }
@@ -350,7 +388,7 @@ fn check_project(project: &Path, r: &mut Report) {
 }
 
 /// Start a real sandbox on a scratch project and observe the policy from inside it.
-async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
+async fn check_policy(docker: &Docker, cfg: &SandboxConfig, limits_enforced: bool, r: &mut Report) {
     let dir = std::env::temp_dir().join(format!("agentbox-doctor-{}", crate::config::new_session_id()));
     if let Err(e) = std::fs::create_dir_all(dir.join(".git")) {
         r.line(
@@ -365,9 +403,22 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
     let expect_uid = std::fs::metadata(&dir)
         .ok()
         .map(|m| format!("{}:{}", m.uid(), m.gid()));
+    let remote = crate::sandbox::engine::current().is_remote();
     let started = Instant::now();
     let result = async {
-        let spec = cfg.bind_spec(&dir)?;
+        // A remote engine cannot mount the scratch project: it gets a copy, as a run would.
+        let _seed;
+        let spec = if remote {
+            let d = crate::sandbox::inspect_project(&dir)?;
+            let packed = crate::isolate::pack(&dir, d.uid, d.gid, &|_| false).map_err(|e| {
+                crate::sandbox::SandboxError::Other(format!("cannot copy the scratch project: {e}"))
+            })?;
+            let spec = cfg.volume_spec(&dir, packed.tar.path())?;
+            _seed = packed;
+            spec
+        } else {
+            cfg.bind_spec(&dir)?
+        };
         let sandbox = DockerSandbox::create(docker, spec).await?;
         let ready = started.elapsed();
         let out = sandbox
@@ -405,7 +456,7 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
                 Level::Fail,
                 "sandbox",
                 format!("cannot start one: {e}"),
-                Some("run with -v for details; a remote DOCKER_HOST cannot bind-mount local directories"),
+                Some("run with -v for details"),
             );
             return;
         }
@@ -451,12 +502,23 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
             fact("rootfs").to_string(),
             "the daemon must honour read-only rootfs",
         ),
-        (
-            ".git",
-            fact("git") == "readonly",
-            format!("{} inside the sandbox", fact("git")),
-            "the .git bind mount must be read-only",
-        ),
+        if remote {
+            // A copy: what the sandbox does to its .git is never brought back (`--apply`
+            // refuses anything inside a .git).
+            (
+                ".git",
+                true,
+                format!("{} inside the sandbox, a copy (remote engine)", fact("git")),
+                "",
+            )
+        } else {
+            (
+                ".git",
+                fact("git") == "readonly",
+                format!("{} inside the sandbox", fact("git")),
+                "the .git bind mount must be read-only",
+            )
+        },
         (
             "docker socket",
             fact("sock") == "absent",
@@ -496,7 +558,11 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) {
                 fact("mem"),
                 cfg.limits.memory_bytes
             ),
-            Some("enable the memory cgroup controller in the kernel"),
+            Some(if limits_enforced {
+                "enable the memory cgroup controller in the kernel"
+            } else {
+                "expected here: this engine cannot enforce limits (see cgroups above)"
+            }),
         );
     }
 }
@@ -696,6 +762,7 @@ mod tests {
             max_file_size: "1g".into(),
             runtime: None,
             per_call_exec: false,
+            allow_weak_limits: false,
         })
         .unwrap();
         cfg.runtime = runtime.map(String::from);

@@ -1,12 +1,13 @@
 //! `agentbox eval TASKS_DIR`
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cli::{CompareArgs, EvalArgs, EvalCommand};
 use crate::config::{AgentSettings, UsageError};
-use crate::eval::{self, OutDir, ResultLog, TaskResult};
+use crate::eval::{self, OutDir, ResultLog, TaskResult, engines};
 use crate::events::{StatusLine, for_terminal};
 use crate::image::{ensure_image, stderr_progress};
 use crate::sandbox::Cleanup;
@@ -189,23 +190,48 @@ async fn run_strategy(
         .cloned()
         .collect();
     let log = Arc::new(ResultLog::open(&out.results(), args.force)?);
-    let jobs = args
+    let mut jobs = args
         .jobs
         .map(|j| j as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
 
-    // Fail early, once, on what every task needs: Docker, and the image when one was given
-    // (otherwise each task's is chosen from its project, as for `run`).
-    let docker = connect_docker().await?;
-    if base.sandbox.image_source.is_some() {
-        ensure_image(
-            &docker,
-            &base.sandbox.image,
-            &base.sandbox.cleanup,
-            &mut stderr_progress,
-        )
-        .await?;
-    }
+    let slots = if args.engines.is_empty() {
+        // Fail early, once, on what every task needs: Docker, and the image when one was given
+        // (otherwise each task's is chosen from its project, as for `run`).
+        let docker = connect_docker().await?;
+        if base.sandbox.image_source.is_some() {
+            ensure_image(
+                &docker,
+                &base.sandbox.image,
+                &base.sandbox.cleanup,
+                &mut stderr_progress,
+            )
+            .await?;
+        }
+        None
+    } else {
+        let wanted = args
+            .engines
+            .iter()
+            .map(|a| crate::sandbox::engine::parse_engine_arg(a))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(UsageError)?;
+        let images = images_for(&base, &todo).await;
+        let say = |line: String| errln!("agentbox eval: {}", for_terminal(&line));
+        let slots = engines::prepare(wanted, args.jobs.map(|j| j as usize), &images, &say).await;
+        if slots.is_empty() {
+            anyhow::bail!("no --engine can take tasks (see above)");
+        }
+        for s in &slots {
+            errln!(
+                "agentbox eval: engine {}: {} at a time",
+                for_terminal(&s.name()),
+                s.jobs
+            );
+        }
+        jobs = slots.iter().map(|s| s.jobs).sum();
+        Some(Arc::new(slots))
+    };
 
     errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",
@@ -218,6 +244,8 @@ async fn run_strategy(
     );
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
+    let mut engine_rows = Vec::new();
+    let mut retried: HashMap<String, usize> = HashMap::new();
     // The one writer of stderr from here on: the progress line, and each task's line above it.
     let status = StatusLine::stderr();
     let total = todo.len();
@@ -238,47 +266,80 @@ async fn run_strategy(
             }
         }))
     };
-    // Two gates, both first come first served: `open` bounds the sandboxes that exist (running
-    // or ready), `running` the tasks the agent works on. A task makes its sandbox as soon as it
-    // passes the first, then waits for the second.
-    let ahead = args.prepare_ahead.map(|n| n as usize).unwrap_or(jobs);
-    let open = Arc::new(tokio::sync::Semaphore::new(jobs + ahead));
-    let semaphore = Arc::new(tokio::sync::Semaphore::new(jobs));
     let base = Arc::new(base);
     let out = Arc::new(out);
-    let mut set = tokio::task::JoinSet::new();
-    for task in todo {
-        let (open, semaphore, base, out, log, progress, status) = (
-            open.clone(),
-            semaphore.clone(),
+    if let Some(slots) = slots {
+        let record = {
+            let (progress, log, status) = (progress.clone(), log.clone(), status.clone());
+            move |result: &TaskResult| {
+                progress.done.fetch_add(1, Ordering::Relaxed);
+                if !result.fixed {
+                    progress.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Err(e) = log.append(result) {
+                    status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
+                }
+                status.print(&task_line(result));
+            }
+        };
+        let ran = on_engines(
+            slots,
+            todo,
             base.clone(),
             out.clone(),
-            log.clone(),
-            progress.clone(),
-            status.clone(),
-        );
-        set.spawn(async move {
-            #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
-            let _sandbox = open.acquire_owned().await.expect("semaphore");
-            let turn = async {
+            &progress,
+            &status,
+            &record,
+        )
+        .await?;
+        engine_rows = engines::throughput(&ran);
+        retried = HashMap::new();
+        for r in &ran {
+            for e in &r.retried_from {
+                *retried.entry(e.clone()).or_insert(0) += 1;
+            }
+        }
+    } else {
+        // Two gates, both first come first served: `open` bounds the sandboxes that exist (running
+        // or ready), `running` the tasks the agent works on. A task makes its sandbox as soon as it
+        // passes the first, then waits for the second.
+        let ahead = args.prepare_ahead.map(|n| n as usize).unwrap_or(jobs);
+        let open = Arc::new(tokio::sync::Semaphore::new(jobs + ahead));
+        let semaphore = Arc::new(tokio::sync::Semaphore::new(jobs));
+        let mut set = tokio::task::JoinSet::new();
+        for task in todo {
+            let (open, semaphore, base, out, log, progress, status) = (
+                open.clone(),
+                semaphore.clone(),
+                base.clone(),
+                out.clone(),
+                log.clone(),
+                progress.clone(),
+                status.clone(),
+            );
+            set.spawn(async move {
                 #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
-                let permit = semaphore.acquire_owned().await.expect("semaphore");
-                Running::start(progress.clone(), permit)
-            };
-            let result = eval::run_task_when(&base, &task, &out, turn).await;
-            progress.done.fetch_add(1, Ordering::Relaxed);
-            if !result.fixed {
-                progress.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(e) = log.append(&result) {
-                status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
-            }
-            status.print(&task_line(&result));
-            result
-        });
-    }
-    while let Some(joined) = set.join_next().await {
-        joined?;
+                let _sandbox = open.acquire_owned().await.expect("semaphore");
+                let turn = async {
+                    #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
+                    let permit = semaphore.acquire_owned().await.expect("semaphore");
+                    Running::start(progress.clone(), permit)
+                };
+                let result = eval::run_task_when(&base, &task, &out, turn).await;
+                progress.done.fetch_add(1, Ordering::Relaxed);
+                if !result.fixed {
+                    progress.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Err(e) = log.append(&result) {
+                    status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
+                }
+                status.print(&task_line(&result));
+                result
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            joined?;
+        }
     }
     ticker.abort();
     // Wait for it to stop, or its last tick could draw the line again after the clear.
@@ -298,10 +359,11 @@ async fn run_strategy(
         .map(|r| r.model.clone())
         .find(|m| !m.is_empty())
         .unwrap_or_default();
-    std::fs::write(
-        out.root.join("summary.md"),
-        eval::markdown::summary(title, &all, &totals),
-    )?;
+    let mut summary = eval::markdown::summary(title, &all, &totals);
+    if !engine_rows.is_empty() {
+        summary.push_str(&engines::markdown(&engine_rows, &retried));
+    }
+    std::fs::write(out.root.join("summary.md"), summary)?;
     std::fs::write(
         out.root.join("report.html"),
         eval::html::report(title, &model, &all, &totals, &out),
@@ -316,6 +378,16 @@ async fn run_strategy(
         total,
         started.elapsed().as_secs_f64()
     );
+    for (name, n, per_min) in &engine_rows {
+        outln!(
+            "engine {}: {n} task(s), {per_min:.1} tasks/min{}",
+            for_terminal(name),
+            match retried.get(name) {
+                Some(k) => format!(", died under {k} (run again elsewhere)"),
+                None => String::new(),
+            }
+        );
+    }
     outln!(
         "results: {}\nsummary: {}\nreport:  {}",
         out.results().display(),
@@ -323,4 +395,119 @@ async fn run_strategy(
         out.root.join("report.html").display()
     );
     Ok(if totals.fixed == totals.tasks { 0 } else { 1 })
+}
+
+/// The images the tasks will run: each task's `image`, else the one given, else the one its
+/// project is given as for `run`.
+async fn images_for(base: &AgentSettings, tasks: &[eval::Task]) -> Vec<String> {
+    let mut images = std::collections::BTreeSet::new();
+    for task in tasks {
+        let image = match &task.toml.image {
+            Some(i) => i.clone(),
+            None if base.sandbox.image_source.is_some() => base.sandbox.image.clone(),
+            None => {
+                let dir = task.dir.clone();
+                let detection = tokio::task::spawn_blocking(move || crate::project::detect(&dir))
+                    .await
+                    .unwrap_or_default();
+                crate::session::choose_image(&base.sandbox, &task.dir, &detection)
+                    .await
+                    .image
+            }
+        };
+        images.insert(image);
+    }
+    images.into_iter().collect()
+}
+
+/// `--engine`: each engine's workers take tasks from one queue (see `eval::engines`). Returns
+/// the results recorded by this run.
+async fn on_engines(
+    slots: Arc<Vec<engines::Slot>>,
+    todo: Vec<eval::Task>,
+    base: Arc<AgentSettings>,
+    out: Arc<OutDir>,
+    progress: &Arc<Progress>,
+    status: &StatusLine,
+    record: &(dyn Fn(&TaskResult) + Send + Sync),
+) -> anyhow::Result<Vec<TaskResult>> {
+    let queue = Arc::new(engines::Queue::new(todo));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<TaskResult>();
+    let mut set = tokio::task::JoinSet::new();
+    for index in 0..slots.len() {
+        for _ in 0..slots[index].jobs {
+            let (slots, queue, base, out, progress, status, tx) = (
+                slots.clone(),
+                queue.clone(),
+                base.clone(),
+                out.clone(),
+                progress.clone(),
+                status.clone(),
+                tx.clone(),
+            );
+            set.spawn(async move {
+                let slot = &slots[index];
+                while let Some(mut q) = queue.take(&slot.dead).await {
+                    progress.running.fetch_add(1, Ordering::Relaxed);
+                    let run = eval::run_task(&base, &q.task, &out);
+                    let mut result = crate::sandbox::engine::scope(slot.engine.clone(), run).await;
+                    progress.running.fetch_sub(1, Ordering::Relaxed);
+                    if !slot.answers().await {
+                        if !slot.dead.swap(true, Ordering::AcqRel) {
+                            status.print(&format!(
+                                "agentbox eval: engine {} stopped answering: its tasks go to the other engines\n",
+                                for_terminal(&slot.name())
+                            ));
+                        }
+                        if slots.iter().any(|s| !s.dead.load(Ordering::Acquire)) {
+                            q.retried_from.push(slot.name());
+                            queue.hand_back(q);
+                            continue;
+                        }
+                        // No engine left to run it again: this run's result stands, whatever
+                        // it is worth, with the engine's end said.
+                        let note = format!("its engine {} stopped answering, and no other is left", slot.name());
+                        result.error = Some(match result.error.take() {
+                            Some(e) => format!("{e}; {note}"),
+                            None => note,
+                        });
+                    }
+                    result.engine = Some(slot.name());
+                    result.retried_from = q.retried_from;
+                    let _ = tx.send(result);
+                    queue.done();
+                }
+            });
+        }
+    }
+    drop(tx);
+    let mut ran = Vec::new();
+    loop {
+        tokio::select! {
+            Some(result) = rx.recv() => {
+                record(&result);
+                ran.push(result);
+            }
+            joined = set.join_next() => match joined {
+                Some(j) => j?,
+                None => break,
+            },
+        }
+    }
+    while let Ok(result) = rx.try_recv() {
+        record(&result);
+        ran.push(result);
+    }
+    // Every engine died: what none of them took is recorded as not run, once.
+    for q in queue.drain() {
+        let mut result = TaskResult::not_run(
+            &q.task.name,
+            base.strategy,
+            "no engine left to run it: every --engine stopped answering".into(),
+        );
+        result.retried_from = q.retried_from;
+        record(&result);
+        ran.push(result);
+    }
+    Ok(ran)
 }

@@ -39,12 +39,45 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         return Ok(crate::app::EXIT_USAGE);
     }
     choose_image_quietly(&mut cfg, &args.project).await?;
-    let (_docker, sandbox) = crate::session::open_sandbox(&cfg, &args.project).await?;
+    // A remote engine cannot mount the project: the command works on a copy, and what it
+    // changed comes back as a patch.
+    let (sandbox, copy) = if super::copy_for_remote_engine(&args.project) {
+        let (sandbox, copy) = crate::session::IsolatedCopy::open(&cfg, &args.project, None).await?;
+        (sandbox, Some(copy))
+    } else {
+        (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
+    };
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {warning}");
     }
     let timeout = cfg.command_timeout_for(&cfg.image);
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
+    if let Some(copy) = &copy {
+        let _ = sandbox.interrupt().await;
+        match copy.finish(&sandbox, timeout, &sandbox.info().session).await {
+            Ok(p) if p.changed > 0 => {
+                for w in &p.warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!(
+                    "agentbox: {} file{} changed in the copy; patch: {} (apply with `git apply`)",
+                    p.changed,
+                    if p.changed == 1 { "" } else { "s" },
+                    p.path.display()
+                );
+            }
+            // Nothing changed: no empty patch file left behind.
+            Ok(p) if p.warnings.is_empty() => {
+                let _ = std::fs::remove_file(&p.path);
+            }
+            Ok(p) => {
+                for w in &p.warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+            }
+            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
+        }
+    }
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
     for w in &check.warnings {

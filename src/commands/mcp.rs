@@ -30,7 +30,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     // The sandbox exists before the first message is read: the client's `initialize` is
     // answered by a server whose tools are ready.
-    let (sandbox, copy) = if args.isolate {
+    let (sandbox, copy) = if args.isolate || super::copy_for_remote_engine(&args.project) {
         let (sandbox, copy) = IsolatedCopy::open(&cfg, &args.project, args.patch.clone()).await?;
         (sandbox, Some(copy))
     } else {

@@ -15,7 +15,14 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
     settings.sandbox.cleanup = cleanup;
-    if args.isolate {
+    if (args.apply || args.patch.is_some()) && !args.isolate && !crate::sandbox::engine::current().is_remote()
+    {
+        return Err(crate::config::UsageError(
+            "--apply and --patch go with --isolate (implied on a remote engine)".into(),
+        )
+        .into());
+    }
+    if args.isolate || super::copy_for_remote_engine(&args.project) {
         settings.isolate = Some(IsolateSettings {
             exclude: Vec::new(),
             patch: args.patch.clone(),

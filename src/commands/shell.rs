@@ -46,10 +46,13 @@ pub async fn interactive(
     sandbox_args: &crate::cli::SandboxArgs,
     project: &Path,
     command: Vec<String>,
-    options: Options,
+    mut options: Options,
     cleanup: Cleanup,
 ) -> anyhow::Result<u8> {
     crate::config::project_arg(project)?;
+    if options.isolate.is_none() && super::copy_for_remote_engine(project) {
+        options.isolate = Some(None);
+    }
     if !terminal::is_tty(STDIN) || !terminal::is_tty(STDOUT) {
         return Err(UsageError(
             "an interactive shell needs a terminal on stdin and stdout; without one, run a command \

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod compare;
+pub mod engines;
 pub mod html;
 pub mod markdown;
 
@@ -148,6 +149,13 @@ pub struct TaskResult {
     /// `--strategy repair`/`auto`: every candidate and its verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<crate::report::CandidateReport>,
+    /// `--engine`: the engine the result came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// `--engine`: the engines that died while running this task, in order; the result is
+    /// from `engine`, the first one it completed on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retried_from: Vec<String>,
 }
 
 /// How much of the final test run's output a result keeps: the end, where test runners put
@@ -181,6 +189,8 @@ impl TaskResult {
             test_output: "1 failed".into(),
             strategy: Default::default(),
             candidates: Vec::new(),
+            engine: None,
+            retried_from: Vec::new(),
         }
     }
 }
@@ -266,6 +276,39 @@ pub fn load_results(path: &Path) -> BTreeMap<String, TaskResult> {
         .collect()
 }
 
+impl TaskResult {
+    /// A task that never ran: only its name and why.
+    pub fn not_run(task: &str, strategy: crate::cli::Strategy, error: String) -> TaskResult {
+        let now = now_secs();
+        TaskResult {
+            task: task.to_string(),
+            fixed: false,
+            tests_passed: None,
+            tests_changed: false,
+            changed_files: Vec::new(),
+            steps: 0,
+            attempts: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: None,
+            wall_secs: 0.0,
+            exit_reason: Outcome::Error,
+            error: Some(error),
+            model: String::new(),
+            summary: None,
+            started_at: now,
+            finished_at: now,
+            test_command: None,
+            test_exit_code: None,
+            test_output: String::new(),
+            strategy,
+            candidates: Vec::new(),
+            engine: None,
+            retried_from: Vec::new(),
+        }
+    }
+}
+
 /// Run one task in its own isolated sandbox. Never fails: a failure is the task's result.
 pub async fn run_task(base: &AgentSettings, task: &Task, out: &OutDir) -> TaskResult {
     run_task_when(base, task, out, std::future::ready(())).await
@@ -327,6 +370,8 @@ pub async fn run_task_when<G>(
         test_output: String::new(),
         strategy: settings.strategy,
         candidates: Vec::new(),
+        engine: None,
+        retried_from: Vec::new(),
     };
     let writer = match TrajectoryWriter::create(
         &out.trajectory(&task.name),
@@ -402,6 +447,8 @@ pub async fn run_task_when<G>(
         test_output: tail(&report.tests.failure_output_or_last(), TEST_OUTPUT_MAX),
         strategy: settings.strategy,
         candidates: report.candidates,
+        engine: None,
+        retried_from: Vec::new(),
     }
 }
 

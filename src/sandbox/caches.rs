@@ -98,7 +98,7 @@ pub async fn create(
             docker,
             spec,
             &seeder,
-            spec.seeder_body(name),
+            spec.seeder_body(name, &super::flavor::info(docker).await),
             "create the cache seeding container",
             "0:0".into(),
         )

@@ -49,37 +49,60 @@ done"#;
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
 /// first (its own, inherited by all it starts), so that when the sandbox runs out of memory the
 /// kernel kills it rather than the keep-alive, whose end would be the session's.
+///
+/// It also lowers the limits `AGENTBOX_RLIMITS` names, as the executor does for its commands:
+/// rootless Podman 4.3 drops a container's ulimits. `ulimit -f` counts 512-byte blocks in a
+/// POSIX `sh` (dash, busybox, bash as sh).
 pub(super) fn per_call_wrapper() -> String {
-    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
+    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n{RLIMITS}\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
+
+const RLIMITS: &str = r#"case "$AGENTBOX_RLIMITS" in fsize:*) f=${AGENTBOX_RLIMITS#fsize:}; ulimit -f $((${f%%,*} / 512)) 2>/dev/null;; esac
+ulimit -n 4096 2>/dev/null; ulimit -c 0 2>/dev/null"#;
 
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
 const WATCHDOG: Duration = Duration::from_secs(10);
 
-/// The Docker endpoint in use, for messages: `DOCKER_HOST`, else the default socket.
+/// The Docker endpoint in use, for messages: the task's engine, else `DOCKER_HOST`, else the
+/// default socket.
 pub fn docker_endpoint() -> String {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+    super::engine::current().describe()
 }
 
-/// Connect (honouring `DOCKER_HOST`) and check the daemon answers.
-pub async fn connect_docker() -> Result<Docker, SandboxError> {
-    let endpoint = docker_endpoint();
-    let unreachable = |reason: String| SandboxError::Unreachable {
-        endpoint: endpoint.clone(),
-        reason,
-    };
-    let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-    match tokio::time::timeout(Duration::from_secs(10), docker.ping()).await {
-        Ok(Ok(_)) => Ok(docker),
-        Ok(Err(e)) => Err(unreachable(root_cause(&e))),
-        Err(_) => Err(unreachable("no answer within 10s".into())),
+/// What a remote engine cannot do, refused before anything is created: it cannot mount a
+/// directory or a socket of this machine (it would mount whatever has that path on its own).
+fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
+    let engine = super::engine::current();
+    if !engine.is_remote() {
+        return Ok(());
     }
+    let refuse = |what: &str| SandboxError::Engine {
+        endpoint: engine.host.clone(),
+        reason: format!("{what} is not available on a remote engine: it cannot mount this machine's files"),
+    };
+    if matches!(spec.workspace, WorkspaceSource::Bind { .. }) {
+        return Err(refuse(
+            "a bind-mounted project (use --isolate: copy in, patch out)",
+        ));
+    }
+    if spec.extras.egress_socket.is_some() {
+        return Err(refuse(
+            "the egress proxy (the setup phase's network, --agent-network allowlist)",
+        ));
+    }
+    Ok(())
 }
 
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+/// Connect to the engine in force (see `engine`) and check it answers.
+pub async fn connect_docker() -> Result<Docker, SandboxError> {
+    let docker = super::engine::current().connect().await?;
+    // Which engine, now: the policy adapts to it (see `flavor`).
+    let info = super::flavor::info(&docker).await;
+    debug!(engine = %info.kind, version = %info.version, rootless = info.rootless, "connected");
+    Ok(docker)
+}
+
+pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;
@@ -163,7 +186,7 @@ pub(super) async fn create_tracked(
     what: &'static str,
     user: String,
 ) -> Result<(String, Registration), SandboxError> {
-    if is_podman(docker).await {
+    if super::flavor::info(docker).await.is_podman() {
         seccomp_as_file(&mut body)?;
     }
     let registration = spec.cleanup.register(Resource::Creating {
@@ -239,21 +262,6 @@ pub(super) fn start_error(spec: &SandboxSpec, id: &str, context: &str, e: Bollar
     }
 }
 
-/// Whether the engine is Podman (its Docker-compatible API), asked once per process.
-async fn is_podman(docker: &Docker) -> bool {
-    static PODMAN: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
-    *PODMAN
-        .get_or_init(|| async {
-            docker.version().await.is_ok_and(|v| {
-                v.components
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.name.starts_with("Podman"))
-            })
-        })
-        .await
-}
-
 /// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
 fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
     let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
@@ -263,6 +271,28 @@ fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<()
         *opt = super::seccomp::security_opt_as_file()
             .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
     }
+    Ok(())
+}
+
+/// Refuse what the engine cannot give this sandbox: its limits (unless the user accepted that,
+/// in which case every run says so), or, rootless, the project owner's uid.
+fn check_engine(engine: &super::flavor::EngineInfo, spec: &SandboxSpec) -> Result<(), SandboxError> {
+    engine.check_owner(spec.uid)?;
+    if engine.enforces_limits() {
+        return Ok(());
+    }
+    if !spec.allow_weak_limits {
+        return Err(SandboxError::WeakLimits {
+            engine: format!("{} {}", engine.kind, engine.version),
+        });
+    }
+    tracing::warn!(
+        "WEAK SANDBOX: the engine ({} {}, rootless on cgroup v1) enforces no memory, pids or CPU \
+         limit; a fork bomb or a memory hog in this sandbox reaches the whole machine \
+         (--allow-weak-limits)",
+        engine.kind,
+        engine.version
+    );
     Ok(())
 }
 
@@ -296,7 +326,7 @@ async fn prepare_volume(
         docker,
         spec,
         &seeder_name,
-        spec.seeder_body(name),
+        spec.seeder_body(name, &super::flavor::info(docker).await),
         "create the seeding container",
         "0:0".into(),
     )
@@ -374,16 +404,25 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
         Ok(()) => debug!(container = id, "removed"),
         Err(e) if status_of(&e) == Some(404) => debug!(container = id, "already gone"),
         // Auto-remove is already removing it: wait until it is really gone, so that "no
-        // container is left" holds when we return.
-        Err(e) if status_of(&e) == Some(409) => {
+        // container is left" holds when we return. Docker answers 409 then; Podman 500
+        // ("could not be stopped: ... container state improper: stopped"), measured.
+        Err(e) => {
             for _ in 0..100 {
-                if docker.inspect_container(id, None).await.is_err() {
-                    break;
+                match docker.inspect_container(id, None).await {
+                    Err(gone) if status_of(&gone) == Some(404) => return,
+                    // Still there, in a state only Podman has ("stopped"), which bollard's
+                    // model cannot read; or still there.
+                    Err(BollardError::JsonDataError { .. }) | Ok(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    // The daemon does not answer: say so below.
+                    Err(_) => break,
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if status_of(&e) != Some(409) {
+                tracing::warn!(container = id, error = %e, "could not remove container");
             }
         }
-        Err(e) => tracing::warn!(container = id, error = %e, "could not remove container"),
     }
 }
 
@@ -411,7 +450,8 @@ pub struct DockerSandbox {
     registration: Mutex<Option<Registration>>,
     /// The host files mounted as the sandbox's `/etc/passwd` and `/etc/group`; removed when
     /// the sandbox is dropped (a running container keeps what it mounted).
-    _etc: super::identity::EtcFiles,
+    /// `None` on a remote engine: the entries are in the image (see `identity`).
+    _etc: Option<super::identity::EtcFiles>,
     /// The `--isolate` volume this sandbox owns and removes.
     volume: Option<(String, Registration)>,
     /// A bind-mounted project's state at the start (see `hostscan`), registered for the
@@ -425,6 +465,9 @@ impl DockerSandbox {
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
+            remote_check(&spec)?;
+            let engine = super::flavor::info(docker).await;
+            check_engine(&engine, &spec)?;
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register(Resource::Creating {
@@ -493,16 +536,19 @@ impl DockerSandbox {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
         };
-        let etc = super::identity::etc_files(docker, spec).await?;
-        let (id, registration) = create_tracked(
-            docker,
-            spec,
-            &name,
-            spec.create_body(main, Some(etc.dir())),
-            "create container",
-            spec.user(),
-        )
-        .await?;
+        let engine = super::flavor::info(docker).await;
+        let (etc, body) = if super::engine::current().is_remote() {
+            // No bind mount of this machine's files: the entries come in an image layer.
+            let mut with_user = spec.clone();
+            with_user.image = super::identity::image_with_user(docker, spec).await?;
+            (None, with_user.create_body(main, None, &engine))
+        } else {
+            let etc = super::identity::etc_files(docker, spec).await?;
+            let body = spec.create_body(main, Some(etc.dir()), &engine);
+            (Some(etc), body)
+        };
+        let (id, registration) =
+            create_tracked(docker, spec, &name, body, "create container", spec.user()).await?;
         let mut registration = Some(registration);
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
         let result = async {

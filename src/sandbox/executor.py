@@ -46,6 +46,24 @@ own_oom_fd = None
 own_oom_score = None
 
 
+def lower_rlimits(libc):
+    """Set the limits AGENTBOX_RLIMITS names ("fsize:N,nofile:N,core:N"), soft and hard, for
+    us and every command we start. The engine sets them too, but rootless Podman 4.3's
+    compatible API drops a request's ulimits (measured: file size unlimited, open files 20000);
+    lowering a limit needs no privilege, so here they hold on any engine."""
+    import ctypes
+
+    class Rlimit(ctypes.Structure):
+        _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+
+    resources = {"fsize": 1, "core": 4, "nofile": 7}  # RLIMIT_* on Linux
+    for item in os.environ.get("AGENTBOX_RLIMITS", "").split(","):
+        name, _, value = item.partition(":")
+        if name in resources and value.isdigit():
+            limit = Rlimit(int(value), int(value))
+            libc.setrlimit(resources[name], ctypes.byref(limit))
+
+
 def harden():
     """Returns whether we are undumpable. If not (no ctypes in a minimal image), the host does
     not use us: a command of the same uid could write forged frames to /proc/1/fd/1."""
@@ -62,6 +80,7 @@ def harden():
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
         hardened = libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+        lower_rlimits(libc)
         libc.prctl(15, b"agentbox-exec", 0, 0, 0)  # PR_SET_NAME: `pkill python3` spares us
     except Exception:
         pass

@@ -61,6 +61,53 @@ pub async fn remove_owned_by_this_process(docker: &Docker) -> Result<GcReport, S
     sweep(docker, mine, &|_| false, false).await
 }
 
+/// Ids and labels of the containers (in any state) matching `filters`.
+///
+/// Podman reports states Docker's API does not define (`stopped`, while it removes an
+/// auto-removed container), which bollard's model refuses to read ("unknown variant"): the
+/// list is then read raw from the socket, ids and labels only.
+pub async fn list_labelled(
+    docker: &Docker,
+    filters: &HashMap<String, Vec<String>>,
+) -> Result<Vec<(String, HashMap<String, String>)>, SandboxError> {
+    let listed = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(filters)
+                .build(),
+        ))
+        .await;
+    match listed {
+        Ok(list) => Ok(list
+            .into_iter()
+            .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())))
+            .collect()),
+        Err(e @ bollard::errors::Error::JsonDataError { .. }) => {
+            let query = serde_json::to_string(filters).unwrap_or_default();
+            let path = format!(
+                "/v1.41/containers/json?all=1&filters={}",
+                super::flavor::query_escape(&query)
+            );
+            let Some(serde_json::Value::Array(list)) = super::flavor::raw_get(&path).await else {
+                return Err(SandboxError::docker("list containers", e));
+            };
+            Ok(list
+                .iter()
+                .filter_map(|c| {
+                    let id = c.get("Id")?.as_str()?.to_string();
+                    let labels = c
+                        .get("Labels")
+                        .and_then(|l| serde_json::from_value(l.clone()).ok())
+                        .unwrap_or_default();
+                    Some((id, labels))
+                })
+                .collect())
+        }
+        Err(e) => Err(SandboxError::docker("list containers", e)),
+    }
+}
+
 /// Containers, then volumes, carrying every label of `labels` (`key` or `key=value`), except
 /// those `keep` spares.
 async fn sweep(
@@ -72,21 +119,12 @@ async fn sweep(
     let mut report = GcReport::default();
     let filters = HashMap::from([("label".to_string(), labels)]);
     let docker_err = |context: String| move |source| SandboxError::Docker { context, source };
-    let containers = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(docker_err("list containers".into()))?;
-    for c in containers {
-        if keep(&c.labels.unwrap_or_default()) {
+    let containers = list_labelled(docker, &filters).await?;
+    for (id, labels) in containers {
+        if keep(&labels) {
             report.in_use += 1;
             continue;
         }
-        let Some(id) = c.id else { continue };
         let short = id[..12.min(id.len())].to_string();
         if !dry_run {
             let opts = RemoveContainerOptionsBuilder::default()

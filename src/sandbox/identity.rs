@@ -7,8 +7,10 @@
 //! into a container whose root is read-only, even before it starts ("container rootfs is marked
 //! read-only", measured on Engine 20.10), and a tmpfs cannot hold a single file at a fixed
 //! path. So the two files are written on the host, per session, and bind-mounted read-only over
-//! the image's. (An engine that cannot bind-mount host files, such as a remote one, would need
-//! another way: e.g. a one-line image built on top with the two files.)
+//! the image's. An engine that cannot bind-mount this machine's files (a remote one) gets them
+//! in a layer of their own instead: [`image_with_user`] commits a never-started container of the
+//! image with the two files uploaded (its root is writable: it never runs), once per image and
+//! uid:gid, as `agentbox-identity:IMAGE-UID-GID`.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -60,6 +62,104 @@ pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, 
     }
     // The directory itself is 0700 (tempfile's default); the daemon runs as root.
     Ok(EtcFiles { dir })
+}
+
+/// Repository of the images [`image_with_user`] makes.
+pub const IDENTITY_REPO: &str = "agentbox-identity";
+
+/// One commit at a time: parallel eval tasks on one engine would all make the same image.
+static COMMITTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The spec's image with its `/etc/passwd` and `/etc/group` holding the sandbox user, for an
+/// engine that cannot bind-mount them: made once per engine, image and uid:gid, then reused.
+pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<String, SandboxError> {
+    let (passwd, group) = image_etc(docker, spec).await?;
+    let (passwd, group) = with_user(&passwd, &group, spec.uid, spec.gid);
+    let id = image_id(docker, &spec.image).await?;
+    let hex = id.strip_prefix("sha256:").unwrap_or(&id);
+    let tag = format!("{}-{}-{}", &hex[..hex.len().min(16)], spec.uid, spec.gid);
+    let name = format!("{IDENTITY_REPO}:{tag}");
+    if docker.inspect_image(&name).await.is_ok() {
+        return Ok(name);
+    }
+    let _one = COMMITTING.lock().await;
+    if docker.inspect_image(&name).await.is_ok() {
+        return Ok(name);
+    }
+    let container = format!("{}-identity", spec.container_name());
+    let (cid, registration) = super::docker::create_tracked(
+        docker,
+        spec,
+        &container,
+        spec.identity_body(&super::flavor::info(docker).await),
+        "create a container for the sandbox user's /etc entries",
+        "0:0".into(),
+    )
+    .await?;
+    let result = async {
+        let tar = etc_tar(&passwd, &group)
+            .map_err(|e| SandboxError::Other(format!("cannot pack the sandbox's /etc files: {e}")))?;
+        let opts = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+            .path("/")
+            .build();
+        docker
+            .upload_to_container(&cid, Some(opts), bollard::body_full(tar.into()))
+            .await
+            .map_err(|e| SandboxError::docker("upload the sandbox's /etc files", e))?;
+        let opts = bollard::query_parameters::CommitContainerOptionsBuilder::default()
+            .container(&cid)
+            .repo(IDENTITY_REPO)
+            .tag(&tag)
+            .pause(false)
+            .build();
+        let config = bollard::models::ContainerConfig {
+            labels: Some(HashMap::from([(
+                "agentbox.identity".to_string(),
+                spec.image.clone(),
+            )])),
+            ..Default::default()
+        };
+        docker
+            .commit_container(opts, config)
+            .await
+            .map_err(|e| SandboxError::docker(format!("commit {name}"), e))
+    }
+    .await;
+    super::docker::remove_container(docker, &cid).await;
+    spec.cleanup.release(registration);
+    result?;
+    tracing::debug!(%name, "image with the sandbox user made");
+    Ok(name)
+}
+
+async fn image_id(docker: &Docker, image: &str) -> Result<String, SandboxError> {
+    Ok(docker
+        .inspect_image(image)
+        .await
+        .map_err(|e| match super::docker::status_of(&e) {
+            Some(404) => SandboxError::ImageMissing {
+                image: image.to_string(),
+                detail: String::new(),
+            },
+            _ => SandboxError::docker(format!("inspect image {image}"), e),
+        })?
+        .id
+        .unwrap_or_else(|| image.to_string()))
+}
+
+/// `etc/passwd` and `etc/group`, root-owned, mode 0644, for an upload at `/`.
+fn etc_tar(passwd: &str, group: &str) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, text) in [("etc/passwd", passwd), ("etc/group", group)] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder.append_data(&mut header, name, text.as_bytes())?;
+    }
+    builder.into_inner()
 }
 
 async fn image_etc(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc, SandboxError> {
@@ -183,7 +283,7 @@ async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc
         docker,
         spec,
         &name,
-        spec.reader_body(),
+        spec.reader_body(&super::flavor::info(docker).await),
         "create a container to read the image's /etc/passwd",
         "0:0".into(),
     )

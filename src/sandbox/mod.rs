@@ -8,7 +8,9 @@ pub mod caches;
 mod capture;
 pub mod cleanup;
 mod docker;
+pub mod engine;
 pub(crate) mod executor;
+pub mod flavor;
 pub mod fsop;
 pub mod gc;
 pub mod gitquote;
@@ -26,6 +28,7 @@ pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
 pub(crate) use docker::remove_container;
 pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
+pub use flavor::{EngineInfo, EngineKind};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
     BASE_PATH, CACHE_DIR, EGRESS_PORT, EGRESS_SOCKET, Extras, HARNESS_DIR, HOME, Limits, MIN_MEMORY,
@@ -214,6 +217,10 @@ pub fn runtime_fix(message: &str) -> Option<&'static str> {
 pub enum SandboxError {
     #[error("cannot reach Docker at {endpoint}: is the daemon running? ({reason})")]
     Unreachable { endpoint: String, reason: String },
+    /// The endpoint or its TLS material is wrong: nothing was tried that a running daemon
+    /// would fix.
+    #[error("Docker engine {endpoint}: {reason}")]
+    Engine { endpoint: String, reason: String },
     #[error("project path {0} does not exist")]
     ProjectMissing(String),
     #[error("project path {0} is not a directory")]
@@ -265,6 +272,13 @@ pub enum SandboxError {
          cannot go on ({0})"
     )]
     OutOfMemory(String),
+    #[error(
+        "the engine ({engine}) is rootless on cgroup v1 and cannot enforce the sandbox's memory, \
+         pids and CPU limits: a fork bomb or memory hog in the sandbox would reach the whole \
+         machine. Use a rootful engine, or cgroup v2, or accept the weaker sandbox with \
+         --allow-weak-limits (AGENTBOX_ALLOW_WEAK_LIMITS=1)"
+    )]
+    WeakLimits { engine: String },
     #[error("the sandbox's command runner failed ({0}); the session cannot go on")]
     ExecutorLost(String),
     #[error("docker: {context}: {source}")]

@@ -11,6 +11,7 @@ use bollard::models::{
     MountBindOptionsPropagationEnum, MountType, MountVolumeOptions, ResourcesUlimits,
 };
 
+use super::flavor::EngineInfo;
 use super::{HOST_LABEL, PID_LABEL, SESSION_LABEL, WORKSPACE};
 
 /// The sandbox user's home: a tmpfs, so nothing a command leaves there outlives the run.
@@ -232,6 +233,27 @@ fn security_opts() -> Vec<String> {
     vec!["no-new-privileges".into(), super::seccomp::security_opt()]
 }
 
+/// Open files per process.
+const NOFILE: i64 = 4096;
+
+/// Resource limits of every process: open files, processes of the uid, file size, no core dumps.
+/// Podman needs them explicit (its defaults exceed what it may set; see `engine`), and they are
+/// good hardening on any engine.
+fn ulimits(engine: &EngineInfo, max_file_bytes: i64) -> Vec<ResourcesUlimits> {
+    let ulimit = |name: &str, value: i64| ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(value),
+        hard: Some(value),
+    };
+    vec![
+        ulimit("nofile", NOFILE),
+        // Counted per uid across the host, so generous; the pids limit is the real cap.
+        ulimit("nproc", engine.nproc_limit()),
+        ulimit("fsize", max_file_bytes),
+        ulimit("core", 0),
+    ]
+}
+
 /// How the project reaches `/workspace`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceSource {
@@ -264,6 +286,9 @@ pub struct SandboxSpec {
     pub per_call_exec: bool,
     /// Extra labels (e.g. an eval task's name).
     pub labels: Vec<(String, String)>,
+    /// Start even where the engine cannot enforce the memory, pids and CPU limits (a rootless
+    /// engine on cgroup v1), with a warning; refused otherwise.
+    pub allow_weak_limits: bool,
     /// Mount a bind-mounted project read-only (`shell --read-only`: look without risk).
     pub read_only: bool,
     /// Who removes what this sandbox creates if the run is cut short.
@@ -305,6 +330,12 @@ impl SandboxSpec {
     fn fixed_env(&self) -> Vec<String> {
         [
             format!("PATH={BASE_PATH}"),
+            // The executor sets these limits itself as well (see `lower_rlimits` in
+            // executor.py): not every engine applies the container's ulimits.
+            format!(
+                "AGENTBOX_RLIMITS=fsize:{},nofile:{NOFILE},core:0",
+                self.limits.max_file_bytes
+            ),
             format!("HOME={HOME}"),
             "LANG=C.UTF-8".into(),
             "TERM=dumb".into(),
@@ -349,7 +380,7 @@ impl SandboxSpec {
 
     /// A short-lived root container with only CAP_CHOWN that gives the fresh volume's root to
     /// the sandbox user (the archive API cannot). It runs no project code: only `chown`.
-    pub fn seeder_body(&self, volume: &str) -> ContainerCreateBody {
+    pub fn seeder_body(&self, volume: &str, engine: &EngineInfo) -> ContainerCreateBody {
         ContainerCreateBody {
             image: Some(self.image.clone()),
             cmd: Some(vec!["chown".into(), self.user(), WORKSPACE.into()]),
@@ -369,6 +400,9 @@ impl SandboxSpec {
                     typ: Some(MountType::VOLUME),
                     ..Default::default()
                 }]),
+                ulimits: Some(ulimits(engine, self.limits.max_file_bytes)),
+                // The same mapping as the sandbox's, so the owner it gives is the sandbox user.
+                userns_mode: engine.userns_mode().map(String::from),
                 log_config: Some(HostConfigLogConfig {
                     typ: Some("none".into()),
                     config: None,
@@ -382,7 +416,7 @@ impl SandboxSpec {
 
     /// A container that is created and never started: the image's `/etc/passwd` and
     /// `/etc/group` are read out of it through the archive API (see `identity`).
-    pub fn reader_body(&self) -> ContainerCreateBody {
+    pub fn reader_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
         ContainerCreateBody {
             image: Some(self.image.clone()),
             cmd: Some(vec!["true".into()]),
@@ -395,6 +429,7 @@ impl SandboxSpec {
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(security_opts()),
                 readonly_rootfs: Some(true),
+                ulimits: Some(ulimits(engine, self.limits.max_file_bytes)),
                 log_config: Some(HostConfigLogConfig {
                     typ: Some("none".into()),
                     config: None,
@@ -406,32 +441,49 @@ impl SandboxSpec {
         }
     }
 
+    /// A container that is created and never started: the sandbox user's `/etc` files are
+    /// uploaded into it and it is committed as an image (see `identity::image_with_user`). Its
+    /// root is writable, which is harmless: it never runs.
+    pub fn identity_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
+        let mut body = self.reader_body(engine);
+        if let Some(hc) = body.host_config.as_mut() {
+            hc.readonly_rootfs = Some(false);
+        }
+        body
+    }
+
     pub fn container_name(&self) -> String {
         format!("agentbox-{}", self.session)
     }
 
-    /// The sandbox container. `etc`: a host directory holding the `passwd` and `group` files
-    /// mounted read-only over the image's (see `identity`).
-    pub fn create_body(&self, main: MainProcess, etc: Option<&std::path::Path>) -> ContainerCreateBody {
+    /// The sandbox container on `engine`. `etc`: a host directory holding the `passwd` and
+    /// `group` files mounted read-only over the image's (see `identity`).
+    pub fn create_body(
+        &self,
+        main: MainProcess,
+        etc: Option<&std::path::Path>,
+        engine: &EngineInfo,
+    ) -> ContainerCreateBody {
         let labels = self.labels();
 
-        let tmpfs_opts = |size: i64, owner: bool, mode: &str| {
+        // HOME and the harness's scratch belong to the sandbox user, mode 0700. Podman's `U`
+        // gives a mount to the container's user, which in keep-alive mode is the keep-alive's
+        // uid, not the sandbox user's: there (Podman, images without python3 only) the two are
+        // mode 1777 instead, like /tmp; the keep-alive runs nothing but `read`.
+        let owned = !(engine.is_podman() && main == MainProcess::KeepAlive);
+        let tmpfs_opts = |size: i64, owner: bool| {
+            let mode = if owner && owned { "0700" } else { "1777" };
             let mut o = format!("rw,nosuid,nodev,exec,size={size},mode={mode}");
-            if owner {
-                o.push_str(&format!(",uid={},gid={}", self.uid, self.gid));
+            if owner && owned {
+                o.push(',');
+                o.push_str(&engine.tmpfs_owner(self.uid, self.gid));
             }
             o
         };
         let tmpfs = HashMap::from([
-            (
-                "/tmp".to_string(),
-                tmpfs_opts(self.limits.tmp_bytes, false, "1777"),
-            ),
-            (HOME.to_string(), tmpfs_opts(self.limits.home_bytes, true, "0700")),
-            (
-                HARNESS_DIR.to_string(),
-                tmpfs_opts(self.limits.tmp_bytes, true, "0700"),
-            ),
+            ("/tmp".to_string(), tmpfs_opts(self.limits.tmp_bytes, false)),
+            (HOME.to_string(), tmpfs_opts(self.limits.home_bytes, true)),
+            (HARNESS_DIR.to_string(), tmpfs_opts(self.limits.tmp_bytes, true)),
         ]);
 
         let mounts = match &self.workspace {
@@ -515,12 +567,6 @@ impl SandboxSpec {
             }
         }
 
-        let ulimit = |name: &str, value: i64| ResourcesUlimits {
-            name: Some(name.to_string()),
-            soft: Some(value),
-            hard: Some(value),
-        };
-
         let host_config = HostConfig {
             network_mode: Some("none".into()),
             mounts: Some(mounts),
@@ -536,13 +582,8 @@ impl SandboxSpec {
             // Equal to memory: no swap, so the memory limit is a real limit.
             memory_swap: Some(self.limits.memory_bytes),
             nano_cpus: Some((self.limits.cpus * 1e9) as i64),
-            ulimits: Some(vec![
-                ulimit("nofile", 4096),
-                // Counted per uid across the host, so generous; the pids limit is the real cap.
-                ulimit("nproc", 65536),
-                ulimit("fsize", self.limits.max_file_bytes),
-                ulimit("core", 0),
-            ]),
+            ulimits: Some(ulimits(engine, self.limits.max_file_bytes)),
+            userns_mode: engine.userns_mode().map(String::from),
             ipc_mode: Some("private".into()),
             // /dev/shm is a tmpfs too: part of the memory budget.
             shm_size: Some(self.limits.shm_bytes),
@@ -625,16 +666,21 @@ mod tests {
             runtime: None,
             per_call_exec: false,
             labels: vec![],
+            allow_weak_limits: false,
             read_only: false,
             cleanup: Default::default(),
             extras: Default::default(),
         }
     }
 
+    fn docker() -> EngineInfo {
+        EngineInfo::docker()
+    }
+
     #[test]
     fn a_read_only_spec_mounts_the_project_read_only() {
         let mounts = |s: &SandboxSpec| {
-            s.create_body(MainProcess::Executor, None)
+            s.create_body(MainProcess::Executor, None, &docker())
                 .host_config
                 .unwrap()
                 .mounts
@@ -671,7 +717,7 @@ mod tests {
 
     #[test]
     fn the_policy_is_locked_down() {
-        let body = spec().create_body(MainProcess::Executor, None);
+        let body = spec().create_body(MainProcess::Executor, None, &docker());
         assert_eq!(
             body.user.as_deref(),
             Some("1000:1000"),
@@ -689,7 +735,7 @@ mod tests {
         assert_eq!(hc.init, Some(false), "the executor is PID 1 and reaps");
         assert_eq!(
             spec()
-                .create_body(MainProcess::KeepAlive, None)
+                .create_body(MainProcess::KeepAlive, None, &docker())
                 .host_config
                 .unwrap()
                 .init,
@@ -775,7 +821,7 @@ mod tests {
     #[test]
     fn in_memory_filesystems_and_ipc_are_bounded() {
         let hc = spec()
-            .create_body(MainProcess::Executor, None)
+            .create_body(MainProcess::Executor, None, &docker())
             .host_config
             .unwrap();
         let tmpfs = hc.tmpfs.unwrap();
@@ -792,7 +838,11 @@ mod tests {
 
     #[test]
     fn the_sandbox_user_files_are_mounted_read_only_over_the_images() {
-        let body = spec().create_body(MainProcess::Executor, Some(std::path::Path::new("/h/etc")));
+        let body = spec().create_body(
+            MainProcess::Executor,
+            Some(std::path::Path::new("/h/etc")),
+            &docker(),
+        );
         let mounts = body.host_config.unwrap().mounts.unwrap();
         for name in ["passwd", "group"] {
             let m = mounts
@@ -823,7 +873,7 @@ mod tests {
 
     #[test]
     fn the_egress_socket_and_caches_are_only_there_when_given() {
-        let plain = spec().create_body(MainProcess::Executor, None);
+        let plain = spec().create_body(MainProcess::Executor, None, &docker());
         let mounts = plain.host_config.unwrap().mounts.unwrap();
         assert!(mounts.iter().all(|m| m.target.as_deref() != Some(EGRESS_SOCKET)));
         assert!(
@@ -844,7 +894,7 @@ mod tests {
             env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
             workspace_read_only: true,
         };
-        let body = s.create_body(MainProcess::Executor, None);
+        let body = s.create_body(MainProcess::Executor, None, &docker());
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"), "still no network");
         let mounts = hc.mounts.unwrap();
@@ -865,13 +915,61 @@ mod tests {
     }
 
     #[test]
+    fn podman_gets_the_same_policy_in_its_own_words() {
+        let podman = EngineInfo {
+            kind: crate::sandbox::EngineKind::Podman,
+            ..EngineInfo::docker()
+        };
+        let hc = spec()
+            .create_body(MainProcess::Executor, None, &podman)
+            .host_config
+            .unwrap();
+        let tmpfs = hc.tmpfs.unwrap();
+        for dir in [HOME, HARNESS_DIR] {
+            assert!(tmpfs[dir].ends_with("mode=0700,U"), "{}", tmpfs[dir]);
+            assert!(!tmpfs[dir].contains("uid="), "Podman 4.3 refuses uid=");
+        }
+        let nproc = hc
+            .ulimits
+            .unwrap()
+            .into_iter()
+            .find(|u| u.name.as_deref() == Some("nproc"))
+            .unwrap();
+        assert_eq!(nproc.hard, Some(32768));
+        assert_eq!(hc.userns_mode, None, "rootful: no user namespace");
+        assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(hc.readonly_rootfs, Some(true));
+        // Keep-alive mode: `U` would give HOME to the keep-alive's uid, so it is shared instead.
+        let keepalive = spec()
+            .create_body(MainProcess::KeepAlive, None, &podman)
+            .host_config
+            .unwrap()
+            .tmpfs
+            .unwrap();
+        assert!(keepalive[HOME].ends_with("mode=1777"), "{}", keepalive[HOME]);
+        // Rootless: keep-id, so the owner's uid is the owner's on the host too.
+        let rootless = EngineInfo {
+            rootless: true,
+            owner_uid: Some(1000),
+            ..podman
+        };
+        let body = spec().create_body(MainProcess::Executor, None, &rootless);
+        assert_eq!(body.user.as_deref(), Some("1000:1000"), "not root inside");
+        assert_eq!(body.host_config.unwrap().userns_mode.as_deref(), Some("keep-id"));
+        let seeder = spec().seeder_body("v", &rootless).host_config.unwrap();
+        assert_eq!(seeder.userns_mode.as_deref(), Some("keep-id"));
+    }
+
+    #[test]
     fn keepalive_runs_as_another_uid() {
         let mut s = spec();
         assert_eq!(s.keepalive_uid(), 65534);
         s.uid = 65534;
         assert_eq!(s.keepalive_uid(), 65533);
         assert_eq!(
-            s.create_body(MainProcess::KeepAlive, None).user.as_deref(),
+            s.create_body(MainProcess::KeepAlive, None, &docker())
+                .user
+                .as_deref(),
             Some("65533:65533")
         );
     }

@@ -38,6 +38,12 @@ pub enum SetupError {
     Sandbox(#[from] SandboxError),
     #[error("cannot start the egress proxy: {0}")]
     Proxy(std::io::Error),
+    #[error(
+        "{what} cannot run on the remote engine {endpoint}: it needs this machine's egress proxy socket \
+         and a bind mount of the project, which a remote engine cannot mount (run without it, or on a \
+         local engine)"
+    )]
+    Remote { what: &'static str, endpoint: String },
 }
 
 /// What the agent phase gets from setup.
@@ -118,6 +124,32 @@ pub async fn run(
             .map(|(_, c)| c)
             .collect()
     };
+    let engine = crate::sandbox::engine::current();
+    let commands = if engine.is_remote() && !commands.is_empty() {
+        if !setup.commands.is_empty() {
+            return Err(SetupError::Remote {
+                what: "--setup",
+                endpoint: engine.describe(),
+            });
+        }
+        note(
+            events,
+            format!(
+                "setup: skipped on the remote engine {} (it cannot mount the egress proxy's socket); the \
+                 agent works without the project's dependencies installed",
+                engine.describe()
+            ),
+        );
+        Vec::new()
+    } else {
+        commands
+    };
+    if engine.is_remote() && setup.agent_network {
+        return Err(SetupError::Remote {
+            what: "--agent-network allowlist",
+            endpoint: engine.describe(),
+        });
+    }
     if setup.disabled {
         super::preflight::report(
             events.as_ref(),

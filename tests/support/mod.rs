@@ -155,6 +155,7 @@ pub fn config() -> SandboxConfig {
         max_file_size: "1g".into(),
         runtime: test_runtime(),
         per_call_exec: false,
+        allow_weak_limits: false,
     };
     SandboxConfig::from_args(&args).unwrap()
 }
@@ -198,16 +199,11 @@ pub fn text(bytes: &[u8]) -> String {
 
 /// Containers labelled by the agentbox process `pid`.
 pub async fn containers_of_pid(docker: &Docker, pid: u32) -> usize {
-    use bollard::query_parameters::ListContainersOptionsBuilder;
     let filters =
         std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
-    docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
+    // agentbox's own listing: it also reads Podman's answers, whose states bollard's model
+    // does not know.
+    agentbox::sandbox::gc::list_labelled(docker, &filters)
         .await
         .expect("list containers")
         .len()
