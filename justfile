@@ -28,6 +28,12 @@ test: (image "debug")
     scripts/mcp-client-venv target/mcp-client-venv
     cargo test --locked
 
+# Scenarios where gVisor behaves differently say so in the tests (README, "gVisor").
+# The hostile suites again, every sandbox under gVisor (runsc registered: scripts/ci-runsc).
+test-gvisor: (image "debug")
+    AGENTBOX_TEST_RUNTIME=runsc cargo test --locked --test hostile --test hostile_git \
+        --test hostile_isolate --test hostile_kernel
+
 # Speed and memory, side by side with `docker exec` and a host process (a few minutes).
 bench: (image "debug")
     cargo bench --locked --bench bench

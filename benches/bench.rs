@@ -4,8 +4,10 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|eval]]   ("quick" runs fewer
-//! iterations, "loop" only the tools-through-the-loop rows, "egress" only the proxy's)
+//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|round-trips|eval]]   ("quick"
+//! runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only the
+//! proxy's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
+//! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;
@@ -58,13 +60,18 @@ fn config(per_call: bool) -> SandboxConfig {
         pids_limit: 512,
         tmp_size: "512m".into(),
         max_file_size: "2g".into(),
-        runtime: None,
+        runtime: bench_runtime(),
         per_call_exec: per_call,
         allow_weak_limits: false,
     })
     .expect("config");
     cfg.per_call_exec = per_call;
     cfg
+}
+
+/// The runtime agentbox's sandboxes run under here: AGENTBOX_RUNTIME, as for the CLI.
+fn bench_runtime() -> Option<String> {
+    std::env::var("AGENTBOX_RUNTIME").ok().filter(|r| !r.is_empty())
 }
 
 fn project_with(files: &[(&str, Vec<u8>)]) -> tempfile::TempDir {
@@ -337,6 +344,8 @@ async fn startup(n: usize) {
                     labels: Some([("agentbox.session".to_string(), name.clone())].into()),
                     host_config: Some(bollard::models::HostConfig {
                         network_mode: Some("none".into()),
+                        // The same runtime as the sandboxes above, so the share compares.
+                        runtime: bench_runtime(),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -374,14 +383,11 @@ async fn startup(n: usize) {
             n,
             || {
                 let mut c = Command::new("docker");
-                c.args([
-                    "run",
-                    "--rm",
-                    "--network",
-                    "none",
-                    agentbox::image::DEFAULT_IMAGE,
-                    "true",
-                ]);
+                c.args(["run", "--rm", "--network", "none"]);
+                if let Some(r) = bench_runtime() {
+                    c.args(["--runtime", &r]);
+                }
+                c.args([agentbox::image::DEFAULT_IMAGE, "true"]);
                 c
             },
             None,
@@ -1002,8 +1008,9 @@ async fn main() {
     let quick = args.iter().any(|a| a == "quick");
     let (n, starts, repeats, repo) = if quick { (20, 5, 1, 2) } else { (200, 20, 3, 5) };
     println!(
-        "agentbox benchmarks ({} mode): median and p90 of repeated runs, all measured in this run\n",
-        if quick { "quick" } else { "full" }
+        "agentbox benchmarks ({} mode, runtime {}): median and p90 of repeated runs, all measured in this run\n",
+        if quick { "quick" } else { "full" },
+        bench_runtime().as_deref().unwrap_or("the daemon's default")
     );
     println!(
         "| {:<58} | {:>9} | {:>9} | unit  | note |",

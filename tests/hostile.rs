@@ -49,7 +49,7 @@ async fn network_attempts_fail_fast_and_nothing_leaves() {
     let run = hostile(
         &project,
         json!([
-            {"tool_calls": [call("run_tests", json!({})), bash("ls /sys/class/net; ip -o link 2>/dev/null; cat /proc/net/route")]},
+            {"tool_calls": [call("run_tests", json!({})), bash("ls /sys/class/net; ip -o link 2>/dev/null; cat /proc/net/route; cat /proc/net/dev")]},
             done("The network is unreachable from here.")
         ]),
         &[],
@@ -61,10 +61,21 @@ async fn network_attempts_fail_fast_and_nothing_leaves() {
         "every network attempt failed fast: {tests}"
     );
     let (_, probe, _) = run.result(1);
-    assert!(
-        probe.starts_with("$ ls /sys/class/net") && probe.contains("\nlo\n"),
-        "{probe}"
-    );
+    assert!(probe.starts_with("$ ls /sys/class/net"), "{probe}");
+    // Under gVisor (runsc 2022-12) `ls` itself fails on every path (coreutils' statx with
+    // AT_NO_AUTOMOUNT gets EINVAL); the kernel's interface table says the same everywhere.
+    if !under_gvisor() {
+        assert!(probe.contains("\nlo\n"), "{probe}");
+    }
+    let interfaces: Vec<&str> = probe
+        .lines()
+        .skip_while(|l| !l.contains("face |bytes"))
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(name, _)| name.trim())
+        .filter(|name| !name.is_empty() && !name.contains(' ') && !name.starts_with('$'))
+        .collect();
+    assert_eq!(interfaces, ["lo"], "{probe}");
     // The routing table has a header and no route at all.
     assert_eq!(
         probe.lines().filter(|l| l.starts_with("Iface")).count(),
@@ -91,6 +102,20 @@ async fn a_fork_bomb_is_contained_and_the_next_call_works() {
     .await;
     let took = started.elapsed();
     let (_, bomb, _) = run.result(0);
+    if under_gvisor() {
+        // Known gap (README, "gVisor"): gVisor's kernel is host processes inside the pids
+        // limit; when the bomb reaches it, gVisor ends the whole sandbox. Still contained: the
+        // run says so in those words and stops, no container is left (`finish`), the host
+        // is fine.
+        assert!(
+            bomb.contains("gVisor (--runtime") && bomb.contains("ended the whole sandbox"),
+            "{bomb}"
+        );
+        assert_eq!(run.code, Some(4), "{}", run.stderr);
+        assert!(std::process::Command::new("true").status().unwrap().success());
+        eprintln!("under gVisor the fork bomb ended the whole sandbox (known gap): {bomb}");
+        return;
+    }
     assert!(
         bomb.contains("Resource temporarily unavailable") || bomb.contains("timed out"),
         "{bomb}"
@@ -120,6 +145,17 @@ async fn a_memory_hog_is_killed_and_reported_as_out_of_memory() {
     )
     .await;
     let (_, hog, _) = run.result(0);
+    if under_gvisor() {
+        // Known gap (README, "gVisor"): the host's OOM killer can only take gVisor's kernel,
+        // a host process, so the whole sandbox stops. The limit held, and the run says so.
+        assert!(
+            hog.contains("ran out of memory (--memory) and gVisor (--runtime"),
+            "{hog}"
+        );
+        assert!(!hog.contains("the memory limit did not hold"), "{hog}");
+        assert_eq!(run.code, Some(4), "{}", run.stderr);
+        return;
+    }
     assert!(
         hog.contains("killed by the sandbox's memory limit (out of memory)"),
         "{hog}"

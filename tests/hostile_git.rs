@@ -563,6 +563,7 @@ printf '[core]\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > sub/hid/.git/confi
     } else {
         Command::new(env!("CARGO_BIN_EXE_agentbox"))
     };
+    with_test_runtime(&mut cmd);
     let out = cmd
         .args([
             "run",

@@ -45,6 +45,18 @@ async fn memory_backed_files_then_many_processes(per_call: bool) {
     )
     .await;
     let (_, fill, _) = run.result(0);
+    if under_gvisor() {
+        // Known gap (README, "gVisor"): the in-memory filesystems are gVisor's kernel's memory,
+        // one host process the host's OOM killer takes whole. The limit held, the run says so
+        // in those words and stops, and no container is left (`finish`).
+        assert!(
+            fill.contains("ran out of memory (--memory) and gVisor (--runtime"),
+            "{fill}"
+        );
+        assert_eq!(run.code, Some(4), "{}", run.stderr);
+        eprintln!("under gVisor the whole sandbox ran out of memory (known gap)");
+        return;
+    }
     assert!(
         fill.matches("No space left on device").count() == 4,
         "each in-memory filesystem filled up before the memory did: {fill}"
@@ -123,6 +135,7 @@ params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
 syscall("io_uring_setup", 425, 4, params)  # same number on x86_64 and aarch64
 status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
 print("seccomp=" + status.get("Seccomp", "?").strip())
+print("kernel=" + os.uname().release)
 "#;
 
 async fn vsock_and_io_uring_are_refused(per_call: bool) {
@@ -142,6 +155,24 @@ async fn vsock_and_io_uring_are_refused(per_call: bool) {
     let stdout = out.stdout.to_text();
     assert!(out.success(), "{} {}", out.status_line(), out.stderr.to_text());
     let lines: Vec<&str> = stdout.lines().collect();
+    if under_gvisor() {
+        // gVisor's own kernel answers every call, not the host's: it has no vsock at all, its
+        // io_uring is its own (the host's is out of reach), and it does not apply the OCI
+        // seccomp profile (see `doctor`). Said by the kernel gVisor reports, not the host's.
+        let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_ne!(host.trim(), "4.4.0", "the host itself reports gVisor's version");
+        for expected in [
+            "vsock=EAFNOSUPPORT",
+            "vsock_dgram=EAFNOSUPPORT",
+            "vsock_pair=EAFNOSUPPORT",
+            "unix_pair=created",
+            "inet=created",
+            "kernel=4.4.0",
+        ] {
+            assert!(lines.contains(&expected), "{expected} missing: {stdout}");
+        }
+        return;
+    }
     for expected in [
         "vsock=EPERM",
         "vsock_dgram=EPERM",

@@ -143,9 +143,12 @@ async fn check_runtimes(docker: &Docker, cfg: &SandboxConfig, podman: bool, r: &
             Level::Fail,
             "runtime",
             format!("--runtime {wanted} is not configured in the daemon"),
-            Some(
-                "install it and register it in /etc/docker/daemon.json (\"runtimes\"), then restart dockerd",
-            ),
+            Some(if crate::sandbox::is_gvisor(wanted) {
+                crate::sandbox::RUNSC_FIX
+            } else {
+                "install it and merge it into \"runtimes\" in /etc/docker/daemon.json, then reload \
+                 the daemon: sudo kill -HUP $(cat /var/run/docker.pid)"
+            }),
         );
     }
 }
@@ -432,6 +435,22 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, limits_enforced: boo
     let _ = std::fs::remove_dir_all(&dir);
     let (out, ready, mode) = match result {
         Ok(v) => v,
+        Err(crate::sandbox::SandboxError::RuntimeStart {
+            runtime,
+            message,
+            fix,
+        }) => {
+            r.line(
+                Level::Fail,
+                "sandbox",
+                format!("the runtime {runtime} cannot start one: {message}"),
+                Some(fix.unwrap_or(
+                    "run with -v for details; check the runtime works: \
+                     `docker run --rm --runtime NAME --network none IMAGE true`",
+                )),
+            );
+            return;
+        }
         Err(e) => {
             r.line(
                 Level::Fail,
@@ -558,7 +577,7 @@ fn check_kernel(facts: &HashMap<String, String>, cfg: &SandboxConfig, r: &mut Re
     // --oci-seccomp, which the runsc measured here (Debian's, 2022-12) cannot take: it ignores a
     // rule's errno, so clone3 gets EPERM instead of ENOSYS and no thread can start (with the
     // engine's own default profile too).
-    let gvisor = cfg.runtime.as_deref().is_some_and(|r| r.contains("runsc"));
+    let gvisor = cfg.runtime.as_deref().is_some_and(crate::sandbox::is_gvisor);
     let apply = "the engine must apply the seccomp profile agentbox passes in security_opt: \
                  `docker info` should list seccomp under Security Options; a runtime other than \
                  runc or crun may ignore it";

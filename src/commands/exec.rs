@@ -155,6 +155,9 @@ async fn stream(
     let mut timed_out = false;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
+    // A sandbox that died under the command (under gVisor its stream may stay open).
+    let ended = sandbox.ended();
+    tokio::pin!(ended);
     loop {
         tokio::select! {
             chunk = output.next() => match chunk {
@@ -163,6 +166,7 @@ async fn stream(
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
+            gone = &mut ended => return Err(gone.into()),
             data = async { keys.as_mut()?.recv().await }, if keys.is_some() && input.is_some() => match data {
                 Some(d) => {
                     if let Some(w) = input.as_mut()

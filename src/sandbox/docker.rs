@@ -215,14 +215,50 @@ pub(super) async fn create_tracked(
         }
         Err(e) => {
             spec.cleanup.release(registration);
-            Err(match status_of(&e) {
-                Some(404) => SandboxError::ImageMissing {
+            Err(match (status_of(&e), &spec.runtime) {
+                (Some(404), _) => SandboxError::ImageMissing {
                     image: spec.image.clone(),
                     detail: String::new(),
                 },
+                (Some(400), Some(runtime)) if e.to_string().to_lowercase().contains("unknown runtime") => {
+                    SandboxError::UnknownRuntime {
+                        name: runtime.clone(),
+                        known: known_runtimes(docker).await,
+                    }
+                }
                 _ => SandboxError::docker(what, e),
             })
         }
+    }
+}
+
+/// The runtimes the daemon knows, for an error that names what to pick instead.
+async fn known_runtimes(docker: &Docker) -> String {
+    match docker.info().await {
+        Ok(info) => {
+            let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+            names.sort();
+            let default = info.default_runtime.unwrap_or_else(|| "runc".into());
+            format!("{} (default {default})", names.join(", "))
+        }
+        Err(e) => format!("cannot ask it: {e}"),
+    }
+}
+
+/// A start the chosen runtime refused: name the runtime, and give the known fix when the
+/// failure is a known one. Without `--runtime`, the plain container error.
+pub(super) fn start_error(spec: &SandboxSpec, id: &str, context: &str, e: BollardError) -> SandboxError {
+    match (&spec.runtime, &e, status_of(&e)) {
+        (Some(runtime), BollardError::DockerResponseServerError { message, .. }, Some(code))
+            if code != 404 && code != 409 =>
+        {
+            SandboxError::RuntimeStart {
+                runtime: runtime.clone(),
+                message: message.trim().to_string(),
+                fix: super::runtime_fix(message),
+            }
+        }
+        _ => container_error(id, context, e),
     }
 }
 
@@ -310,7 +346,7 @@ async fn prepare_volume(
         docker
             .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
             .await
-            .map_err(|e| SandboxError::docker("start the seeding container", e))?;
+            .map_err(|e| start_error(spec, &id, "start the seeding container", e))?;
         let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
         match wait.next().await {
             Some(Ok(r)) if r.status_code == 0 => Ok(()),
@@ -407,6 +443,8 @@ pub struct DockerSandbox {
     oom_seen: AtomicI64,
     /// When the container was created, in seconds since the epoch: where its events start.
     created_at: u64,
+    /// The `--runtime` it runs under (`None`: the daemon's default), to explain its death.
+    runtime: Option<String>,
     /// The run's cleanup, and this container's registration with it (released once removed).
     cleanup: Cleanup,
     registration: Mutex<Option<Registration>>,
@@ -534,7 +572,7 @@ impl DockerSandbox {
             docker
                 .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
                 .await
-                .map_err(|e| container_error(&id, "start container", e))?;
+                .map_err(|e| start_error(spec, &id, "start container", e))?;
             debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container started");
             let (executor, keepalive) = if executor_mode {
                 match Executor::from_attach(attach).await {
@@ -566,6 +604,7 @@ impl DockerSandbox {
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
                 created_at,
+                runtime: spec.runtime.clone(),
                 cleanup: spec.cleanup.clone(),
                 registration: Mutex::new(registration.take()),
                 _etc: etc,
@@ -661,6 +700,39 @@ impl DockerSandbox {
         Ok(())
     }
 
+    /// Resolves once the container is no longer running. Under gVisor a Docker exec's stream
+    /// can stay open after the whole sandbox died (runsc's wait for the process fails and
+    /// nothing closes the stream), so whoever reads one also waits for this: the container's
+    /// own end is the answer then, not the command's timeout.
+    async fn stopped(&self) -> SandboxError {
+        let cid = &self.info.container_id;
+        loop {
+            let mut wait = self
+                .docker
+                .wait_container(cid, None::<bollard::query_parameters::WaitContainerOptions>);
+            let _ = wait.next().await;
+            if !self.container_running().await {
+                break;
+            }
+            // An answer while it runs (a dropped connection): ask again, without spinning.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        self.gone.store(true, Ordering::Release);
+        SandboxError::ContainerGone(format!(
+            "container {} stopped while running a command",
+            short(cid)
+        ))
+    }
+
+    /// [`Self::stopped`], said in the words that fit why (see [`Self::explain_death`]), for
+    /// those that read an attached process's streams (`exec`, `shell`).
+    pub async fn ended(&self) -> SandboxError {
+        match self.stopped().await {
+            SandboxError::ContainerGone(why) => self.explain_death(why).await,
+            other => other,
+        }
+    }
+
     /// Is the container still running? Used to tell "the command runner died" from "the whole
     /// container was killed from outside".
     async fn container_running(&self) -> bool {
@@ -749,6 +821,8 @@ impl DockerSandbox {
         let mut oom_after = None;
         let deadline = tokio::time::sleep(req.timeout);
         tokio::pin!(deadline);
+        let stopped = self.stopped();
+        tokio::pin!(stopped);
         loop {
             tokio::select! {
                 item = output.next() => match item {
@@ -758,6 +832,7 @@ impl DockerSandbox {
                     Some(Err(e)) => return Err(container_error(cid, "exec stream", e)),
                     None => break,
                 },
+                gone = &mut stopped => return Err(gone),
                 _ = &mut deadline => {
                     if timed_out {
                         // The sweep did not close the stream in time; stop waiting for it.
@@ -771,6 +846,21 @@ impl DockerSandbox {
         }
         if let Some(w) = writer {
             w.abort();
+        }
+        // Under gVisor an exec whose sandbox died can also end at once, with runsc's own status
+        // (128: "waiting on PID ...: EOF"), a moment before the container is seen to stop.
+        if !timed_out && self.runtime.as_deref().is_some_and(super::is_gvisor) {
+            let code = self
+                .docker
+                .inspect_exec(&exec.id)
+                .await
+                .ok()
+                .and_then(|i| i.exit_code);
+            if code.is_none_or(|c| c >= 128)
+                && let Ok(gone) = tokio::time::timeout(Duration::from_secs(2), &mut stopped).await
+            {
+                return Err(gone);
+            }
         }
         // The wrapper's own sweep can be escaped by a command that kills the wrapper: sweep again
         // from a fresh exec, so nothing outlives the command in this mode either.
@@ -851,17 +941,21 @@ impl DockerSandbox {
         Ok(None)
     }
 
-    /// Whether the container died of its memory limit: the daemon's event log, which outlives
-    /// the auto-removed container, holds an `oom` event for it and its main process died of
-    /// SIGKILL. Commands get the highest OOM score so that this does not happen; when it does
-    /// anyway (a command lowered its own score), the user hears "out of memory", not "killed
-    /// from outside".
-    async fn died_of_oom(&self) -> bool {
+    /// Why the container died, from the daemon's event log, which outlives the auto-removed
+    /// container: an `oom` event and the exit status of its `die` event (`None`: no `die`
+    /// event, or no answer). Under runc, commands get the highest OOM score so that an OOM
+    /// kill of the sandbox does not happen; when it does anyway (a command lowered its own
+    /// score), the user hears "out of memory", not "killed from outside". Under gVisor the
+    /// host's OOM killer can only take the whole sandbox (its kernel is one host process).
+    async fn death(&self) -> Option<Death> {
         use bollard::query_parameters::EventsOptionsBuilder;
         let filters = HashMap::from([
             ("container".to_string(), vec![self.info.container_id.clone()]),
             ("type".to_string(), vec!["container".to_string()]),
-            ("event".to_string(), vec!["oom".to_string(), "die".to_string()]),
+            (
+                "event".to_string(),
+                vec!["oom".to_string(), "kill".to_string(), "die".to_string()],
+            ),
         ]);
         let look = async {
             // The `die` event can trail the container's end by a moment.
@@ -876,33 +970,75 @@ impl DockerSandbox {
                     .filters(&filters)
                     .build();
                 let mut oom = false;
-                let mut died_killed = None;
+                let mut killed = false;
+                let mut died_with = None;
                 let mut events = self.docker.events(Some(opts));
                 while let Some(event) = events.next().await {
                     // No answer from the daemon: nothing to learn, and no reason to wait.
-                    let Ok(event) = event else { return false };
+                    let Ok(event) = event else { return None };
                     match event.action.as_deref() {
                         Some("oom") => oom = true,
+                        Some("kill") => killed = true,
                         Some("die") => {
                             let code = event
                                 .actor
                                 .and_then(|a| a.attributes)
                                 .and_then(|a| a.get("exitCode").cloned());
-                            died_killed = Some(code.as_deref() == Some("137"));
+                            died_with = Some(code.unwrap_or_default());
                         }
                         _ => {}
                     }
                 }
-                if let Some(killed) = died_killed {
-                    return oom && killed;
+                if let Some(exit_code) = died_with {
+                    return Some(Death {
+                        oom,
+                        killed,
+                        exit_code,
+                    });
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            false
+            None
         };
         tokio::time::timeout(Duration::from_secs(5), look)
             .await
-            .unwrap_or(false)
+            .unwrap_or(None)
+    }
+
+    /// The error for a container that died under a command, said in the words that fit why.
+    async fn explain_death(&self, why: String) -> SandboxError {
+        let Some(death) = self.death().await else {
+            return SandboxError::ContainerGone(why);
+        };
+        let gvisor = self.runtime.as_deref().filter(|r| super::is_gvisor(r));
+        match (gvisor, death) {
+            (
+                None,
+                Death {
+                    oom: true, exit_code, ..
+                },
+            ) if exit_code == "137" => SandboxError::OutOfMemory(why),
+            (Some(runtime), Death { oom: true, .. }) => SandboxError::SandboxOutOfMemory {
+                runtime: runtime.to_string(),
+                detail: why,
+            },
+            // gVisor's kernel (the sentry) ends with its own status when the host refuses it a
+            // process or thread: measured with Debian's runsc 2022-12 on the ptrace platform,
+            // a fork bomb reaching --pids-limit ends the whole sandbox with status 2.
+            (
+                Some(runtime),
+                Death {
+                    killed: false,
+                    exit_code,
+                    ..
+                },
+            ) if exit_code != "0" && exit_code != "137" => SandboxError::SandboxEnded {
+                runtime: runtime.to_string(),
+                exit_code,
+                detail: why,
+            },
+            _ => SandboxError::ContainerGone(why),
+        }
     }
 
     /// The memory cgroup's OOM-kill counter (cgroup v2 or v1), read as the keep-alive's uid.
@@ -943,6 +1079,16 @@ fn parse_oom_kills(text: &[u8]) -> Option<i64> {
         .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
 }
 
+/// How a container ended, from its events.
+struct Death {
+    /// The memory cgroup's OOM killer fired in it.
+    oom: bool,
+    /// It was killed through the API (`docker kill`, `docker rm -f`): from outside.
+    killed: bool,
+    /// The `die` event's exit status, as the daemon gives it ("137": SIGKILL).
+    exit_code: String,
+}
+
 fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
@@ -978,9 +1124,7 @@ impl Sandbox for DockerSandbox {
                 ExecMode::PerCall => self.exec_per_call(&req).await,
             };
             match result {
-                Err(SandboxError::ContainerGone(why)) if self.died_of_oom().await => {
-                    Err(SandboxError::OutOfMemory(why))
-                }
+                Err(SandboxError::ContainerGone(why)) => Err(self.explain_death(why).await),
                 other => other,
             }
         }

@@ -191,6 +191,28 @@ impl std::fmt::Display for ExecMode {
     }
 }
 
+/// The known remedy when gVisor cannot start a container on a machine like CI's VMs: runsc
+/// registered plainly tries to set up its own network stack in the host's network namespace
+/// ("cannot run with network enabled in root network namespace"). The sandbox has no network
+/// anyway, so gVisor's stack goes off; the ptrace platform needs no KVM. `scripts/ci-runsc`
+/// applies it.
+pub const RUNSC_FIX: &str = "register runsc with runtimeArgs [\"--network=none\", \
+     \"--platform=ptrace\"]: in /etc/docker/daemon.json merge \"runtimes\": {\"runsc\": \
+     {\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\", \
+     \"--platform=ptrace\"]}} into the settings already there, then reload the daemon \
+     without restarting it: sudo kill -HUP $(cat /var/run/docker.pid)";
+
+/// Whether `runtime` is gVisor's (`runsc`, or a name registered for it such as `runsc-kvm`).
+pub fn is_gvisor(runtime: &str) -> bool {
+    runtime.contains("runsc")
+}
+
+/// The fix for a runtime's start failure, when the failure is a known one.
+pub fn runtime_fix(message: &str) -> Option<&'static str> {
+    let m = message.to_lowercase();
+    m.contains("root network namespace").then_some(RUNSC_FIX)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error("cannot reach Docker at {endpoint}: is the daemon running? ({reason})")]
@@ -209,6 +231,42 @@ pub enum SandboxError {
     ImageMissing { image: String, detail: String },
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
+    /// `--runtime NAME` that the daemon has not registered.
+    #[error(
+        "the Docker daemon has no runtime {name:?} (it knows: {known}); register it under \
+         \"runtimes\" in the daemon's daemon.json and reload the daemon (SIGHUP), or pick \
+         one it knows"
+    )]
+    UnknownRuntime { name: String, known: String },
+    /// The chosen runtime refused to start the container; `fix` is the known remedy, if any.
+    #[error(
+        "the runtime {runtime} cannot start the sandbox: {message}{}",
+        fix.map(|f| format!("\nfix: {f}")).unwrap_or_default()
+    )]
+    RuntimeStart {
+        runtime: String,
+        message: String,
+        fix: Option<&'static str>,
+    },
+    /// gVisor ended the whole sandbox at its memory limit (runc would have killed only the
+    /// command): the container and all it held in memory are gone.
+    #[error(
+        "the sandbox ran out of memory (--memory) and gVisor (--runtime {runtime}) stopped the \
+         whole sandbox, not only the command, so the session cannot go on ({detail}); give it \
+         more --memory, or keep the command's memory use down"
+    )]
+    SandboxOutOfMemory { runtime: String, detail: String },
+    /// gVisor's kernel ended the whole sandbox while a command ran (not from outside).
+    #[error(
+        "gVisor (--runtime {runtime}) ended the whole sandbox (status {exit_code}) while a \
+         command ran, so the session cannot go on ({detail}); under gVisor a command that \
+         reaches the sandbox's process limit (--pids-limit), e.g. a fork bomb, does this"
+    )]
+    SandboxEnded {
+        runtime: String,
+        exit_code: String,
+        detail: String,
+    },
     #[error(
         "the sandbox ran out of memory and the kernel's OOM killer ended it, so the session \
          cannot go on ({0})"
@@ -275,4 +333,29 @@ pub trait Sandbox: Send + Sync {
 
     /// Remove the sandbox. Idempotent; later calls to `exec` fail.
     async fn shutdown(&self) -> Result<(), SandboxError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gvisors_network_failure_gets_the_runsc_fix_and_others_none() {
+        // As Docker 20.10 relays it from Debian's runsc 2022-12.
+        let seen = "OCI runtime start failed: starting container: setting up network: creating \
+                    interfaces from net namespace \"/proc/16625/ns/net\": cannot run with network \
+                    enabled in root network namespace: unknown";
+        assert_eq!(runtime_fix(seen), Some(RUNSC_FIX));
+        assert!(RUNSC_FIX.contains("\"--network=none\", \"--platform=ptrace\""));
+        assert!(RUNSC_FIX.contains("kill -HUP"));
+        assert_eq!(runtime_fix("OCI runtime create failed: exec format error"), None);
+    }
+
+    #[test]
+    fn gvisor_is_told_by_the_runtimes_name() {
+        assert!(is_gvisor("runsc"));
+        assert!(is_gvisor("runsc-kvm"));
+        assert!(!is_gvisor("runc"));
+        assert!(!is_gvisor("crun"));
+    }
 }

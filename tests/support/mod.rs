@@ -128,6 +128,21 @@ impl Project {
     }
 }
 
+/// The Docker runtime the integration tests run their sandboxes under: `AGENTBOX_TEST_RUNTIME`
+/// (e.g. `runsc` for gVisor), else the daemon's default. CI runs the hostile suites a second
+/// time with it, so the boundary they assert is checked under each runtime.
+pub fn test_runtime() -> Option<String> {
+    std::env::var("AGENTBOX_TEST_RUNTIME")
+        .ok()
+        .filter(|r| !r.is_empty())
+}
+
+/// Whether the sandboxes of this test run are gVisor's (its kernel reports some things
+/// differently: see the hostile tests' observations).
+pub fn under_gvisor() -> bool {
+    test_runtime().is_some_and(|r| r.contains("runsc"))
+}
+
 pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
         image: Some(agentbox::image::DEFAULT_IMAGE.into()),
@@ -138,7 +153,7 @@ pub fn config() -> SandboxConfig {
         pids_limit: 256,
         tmp_size: "256m".into(),
         max_file_size: "1g".into(),
-        runtime: None,
+        runtime: test_runtime(),
         per_call_exec: false,
         allow_weak_limits: false,
     };
@@ -161,7 +176,17 @@ pub fn agentbox() -> Command {
     // The tests must not pick up a developer's own config file.
     cmd.env("AGENTBOX_CONFIG", "");
     cmd.env("AGENTBOX_DATA_DIR", test_data_dir());
+    with_test_runtime(&mut cmd);
     cmd
+}
+
+/// Pass the tests' runtime (see [`test_runtime`]) to an agentbox process, through the
+/// environment variable its `--runtime` flag reads; a developer's own setting never leaks in.
+pub fn with_test_runtime(cmd: &mut Command) {
+    match test_runtime() {
+        Some(r) => cmd.env("AGENTBOX_RUNTIME", r),
+        None => cmd.env_remove("AGENTBOX_RUNTIME"),
+    };
 }
 
 pub fn run(cmd: &mut Command) -> Output {

@@ -107,11 +107,15 @@ pub fn spawn_run(project: &Project, turns: Value, args: &[&str], env: &[(&str, &
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
+        .env_remove("AGENTBOX_RUNTIME")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // A run that hangs is ended when the test gives up.
         .kill_on_drop(true);
+    if let Some(r) = super::test_runtime() {
+        cmd.env("AGENTBOX_RUNTIME", r);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
