@@ -277,7 +277,37 @@ fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<()
 /// Refuse what the engine cannot give this sandbox: its limits (unless the user accepted that,
 /// in which case every run says so), or, rootless, the project owner's uid.
 fn check_engine(engine: &super::flavor::EngineInfo, spec: &SandboxSpec) -> Result<(), SandboxError> {
-    engine.check_owner(spec.uid)?;
+    let endpoint = super::engine::current();
+    if endpoint.is_remote() {
+        // Podman takes the seccomp profile as a path (see `seccomp_as_file`), which a remote
+        // engine would open on its own host, where anyone could have put a profile of their own.
+        if engine.is_podman() {
+            return Err(SandboxError::Engine {
+                endpoint: endpoint.describe(),
+                reason: "a remote Podman engine cannot be given agentbox's seccomp profile (Podman \
+                         reads it from a file on its own host); use Podman on this machine, or a \
+                         remote Docker engine"
+                    .into(),
+            });
+        }
+    } else {
+        // The engine's user is known only for a local socket (its owner).
+        engine.check_owner(spec.uid)?;
+    }
+    if engine.rootless
+        && engine.kind == super::flavor::EngineKind::Docker
+        && matches!(spec.workspace, WorkspaceSource::Bind { .. })
+    {
+        // Without Podman's keep-id, rootless Docker maps the sandbox's uid to a subordinate uid
+        // on the host, which can neither write the project nor leave files owned by its owner.
+        return Err(SandboxError::Engine {
+            endpoint: endpoint.describe(),
+            reason: "rootless Docker maps the sandbox's user to a subordinate uid, which cannot \
+                     write a mounted project; use --isolate (copy in, patch out), or rootless \
+                     Podman"
+                .into(),
+        });
+    }
     if engine.enforces_limits() {
         return Ok(());
     }
@@ -671,6 +701,11 @@ impl DockerSandbox {
     /// list what changed. Call after [`Sandbox::shutdown`]: nothing may write while the host
     /// looks. `None` for an isolated project (the host's copy was not mounted), or when the
     /// check already ran.
+    /// Runs under gVisor, whose execs can end with runsc's own status when the sandbox dies.
+    pub fn under_gvisor(&self) -> bool {
+        self.runtime.as_deref().is_some_and(super::is_gvisor)
+    }
+
     pub fn check_host(&self) -> Option<super::hostscan::HostCheck> {
         let (guard, registration) = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take()?;
         let check = guard.finish();

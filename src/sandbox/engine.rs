@@ -66,9 +66,11 @@ impl Engine {
         }
     }
 
-    /// Not on this machine: it cannot bind-mount this machine's files.
+    /// Not on this machine: it cannot bind-mount this machine's files. A socket forwarded from
+    /// another machine looks local; `AGENTBOX_ENGINE_REMOTE=1` says it is not.
     pub fn is_remote(&self) -> bool {
-        !(self.host.starts_with("unix://") || self.host.starts_with("npipe://"))
+        std::env::var_os("AGENTBOX_ENGINE_REMOTE").is_some_and(|v| v == "1")
+            || !(self.host.starts_with("unix://") || self.host.starts_with("npipe://"))
     }
 
     /// The endpoint, for messages (with "TLS" when it speaks it).

@@ -122,7 +122,8 @@ impl EngineInfo {
     /// no cgroup it may configure: Podman then drops the limits with a warning in its own log
     /// ("resource limits are not supported and ignored on cgroups V1 rootless systems").
     pub fn enforces_limits(&self) -> bool {
-        !(self.rootless && self.cgroup_version.as_deref() == Some("1"))
+        // Fail closed: a rootless engine whose cgroup version could not be read counts as v1.
+        !(self.rootless && self.cgroup_version.as_deref() != Some("2"))
     }
 
     /// The tmpfs option that gives a mount to the sandbox user: Docker takes `uid=`/`gid=`;
@@ -311,6 +312,8 @@ mod tests {
         assert!(e.enforces_limits());
         e.cgroup_version = Some("1".into());
         assert!(!e.enforces_limits());
+        e.cgroup_version = None;
+        assert!(!e.enforces_limits(), "an unknown cgroup version fails closed");
     }
 
     #[test]
