@@ -564,8 +564,8 @@ pub struct EvalArgs {
     pub jobs: Option<u32>,
 
     /// Run the tasks on this Docker engine: `URL[=JOBS][,certs=DIR]` (repeatable), e.g.
-    /// `unix:///var/run/docker.sock=2` or `tcp://host:2376=4,certs=~/.docker/host`. JOBS: its
-    /// tasks at once [default: --jobs, else its CPU count]; certs: its TLS material (ca.pem,
+    /// `unix:///var/run/docker.sock=2` or `tcp://host:2376=4,certs=$HOME/.docker/host` (a `~`
+    /// inside the word is not expanded by the shell). JOBS: its tasks at once [default: --jobs, else its CPU count]; certs: its TLS material (ca.pem,
     /// cert.pem, key.pem) [default for tcp://: DOCKER_TLS_VERIFY/DOCKER_CERT_PATH]. A task on
     /// an engine that dies goes to another.
     #[arg(long = "engine", value_name = "URL[=JOBS][,certs=DIR]")]

@@ -459,18 +459,20 @@ async fn on_engines(
                                 for_terminal(&slot.name())
                             ));
                         }
-                        if slots.iter().any(|s| !s.dead.load(Ordering::Acquire)) {
-                            q.retried_from.push(slot.name());
-                            queue.hand_back(q);
-                            continue;
+                        // A task that finished with its verdict keeps it: only one the engine's
+                        // end cut short (an error) runs again elsewhere.
+                        if result.error.is_some() {
+                            if slots.iter().any(|s| !s.dead.load(Ordering::Acquire)) {
+                                q.retried_from.push(slot.name());
+                                queue.hand_back(q);
+                                continue;
+                            }
+                            // No engine left to run it again: this run's result stands, whatever
+                            // it is worth, with the engine's end said.
+                            let note =
+                                format!("its engine {} stopped answering, and no other is left", slot.name());
+                            result.error = result.error.take().map(|e| format!("{e}; {note}"));
                         }
-                        // No engine left to run it again: this run's result stands, whatever
-                        // it is worth, with the engine's end said.
-                        let note = format!("its engine {} stopped answering, and no other is left", slot.name());
-                        result.error = Some(match result.error.take() {
-                            Some(e) => format!("{e}; {note}"),
-                            None => note,
-                        });
                     }
                     result.engine = Some(slot.name());
                     result.retried_from = q.retried_from;

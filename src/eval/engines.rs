@@ -36,12 +36,21 @@ impl Slot {
         self.engine.host.clone()
     }
 
-    /// Still answers (one ping, a few seconds at most).
+    /// Still answers: up to three pings a second apart (5 s each at most), so one slow answer
+    /// from a loaded engine does not take it out of the run.
     pub async fn answers(&self) -> bool {
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), self.docker.ping()).await,
-            Ok(Ok(_))
-        )
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if matches!(
+                tokio::time::timeout(Duration::from_secs(5), self.docker.ping()).await,
+                Ok(Ok(_))
+            ) {
+                return true;
+            }
+        }
+        false
     }
 }
 
