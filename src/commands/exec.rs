@@ -199,6 +199,16 @@ async fn stream(
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // Under gVisor an exec whose sandbox died can end at once with runsc's own status (128,
+    // "waiting on PID ...: EOF"), a moment before the container is seen to stop: give the
+    // container's end a moment to show, so the reason is said rather than a bare 128.
+    if !timed_out
+        && sandbox.under_gvisor()
+        && exit_code.is_none_or(|c| c >= 128)
+        && let Ok(gone) = tokio::time::timeout(std::time::Duration::from_secs(2), &mut ended).await
+    {
+        return Err(gone.into());
+    }
     let exit_code = exit_code.unwrap_or(if timed_out { 137 } else { -1 });
     let oom_after = sandbox.oom_kills().await;
     Ok(crate::sandbox::ExecOutput {
