@@ -993,8 +993,9 @@ impl DockerSandbox {
             ),
         ]);
         let look = async {
-            // The `die` event can trail the container's end by a moment.
-            for _ in 0..10 {
+            // The `die` event can trail the container's end by a moment (seconds on a loaded
+            // machine); this runs only once a sandbox has died.
+            for _ in 0..25 {
                 let until = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs())
@@ -1035,14 +1036,36 @@ impl DockerSandbox {
             }
             None
         };
-        tokio::time::timeout(Duration::from_secs(5), look)
+        tokio::time::timeout(Duration::from_secs(10), look)
             .await
             .unwrap_or(None)
     }
 
     /// The error for a container that died under a command, said in the words that fit why.
     async fn explain_death(&self, why: String) -> SandboxError {
-        let Some(death) = self.death().await else {
+        // The events can lag or miss the OOM under load (seen under gVisor in CI); the
+        // container's own state, while it still exists, says OOMKilled and the exit code too.
+        let state = self
+            .docker
+            .inspect_container(&self.info.container_id, None)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .filter(|s| s.running != Some(true));
+        let death = match (self.death().await, state) {
+            (Some(mut d), Some(s)) => {
+                d.oom |= s.oom_killed == Some(true);
+                Some(d)
+            }
+            (Some(d), None) => Some(d),
+            (None, Some(s)) => Some(Death {
+                oom: s.oom_killed == Some(true),
+                killed: false,
+                exit_code: s.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            }),
+            (None, None) => None,
+        };
+        let Some(death) = death else {
             return SandboxError::ContainerGone(why);
         };
         let gvisor = self.runtime.as_deref().filter(|r| super::is_gvisor(r));
