@@ -473,6 +473,10 @@ pub struct DockerSandbox {
     oom_seen: AtomicI64,
     /// When the container was created, in seconds since the epoch: where its events start.
     created_at: u64,
+    /// Its `oom`/`kill`/`die` events as they happen (see [`watch_events`]): the daemon keeps
+    /// only its last 256 events for a later query, which a busy daemon overwrites in seconds.
+    /// The watch ends by itself with the container (its `die` or `destroy`).
+    events: Arc<Mutex<Seen>>,
     /// The `--runtime` it runs under (`None`: the daemon's default), to explain its death.
     runtime: Option<String>,
     /// The run's cleanup, and this container's registration with it (released once removed).
@@ -581,6 +585,7 @@ impl DockerSandbox {
             create_tracked(docker, spec, &name, body, "create container", spec.user()).await?;
         let mut registration = Some(registration);
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
+        let events = watch_events(docker, &id);
         let result = async {
             let executor_mode = main == MainProcess::Executor;
             // Attached before start, so nothing the main process writes is missed, and so its
@@ -634,6 +639,7 @@ impl DockerSandbox {
                 gone: AtomicBool::new(false),
                 oom_seen: AtomicI64::new(-1),
                 created_at,
+                events: events.clone(),
                 runtime: spec.runtime.clone(),
                 cleanup: spec.cleanup.clone(),
                 registration: Mutex::new(registration.take()),
@@ -984,6 +990,18 @@ impl DockerSandbox {
     /// host's OOM killer can only take the whole sandbox (its kernel is one host process).
     async fn death(&self) -> Option<Death> {
         use bollard::query_parameters::EventsOptionsBuilder;
+        // What the live watch saw; its `die` can trail the end by a moment.
+        for _ in 0..30 {
+            let seen = self.events.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(exit_code) = seen.died_with {
+                return Some(Death {
+                    oom: seen.oom,
+                    killed: seen.killed,
+                    exit_code,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let filters = HashMap::from([
             ("container".to_string(), vec![self.info.container_id.clone()]),
             ("type".to_string(), vec!["container".to_string()]),
@@ -1135,6 +1153,52 @@ fn parse_oom_kills(text: &[u8]) -> Option<i64> {
     String::from_utf8_lossy(text)
         .lines()
         .find_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse().ok()))
+}
+
+/// What [`watch_events`] has seen of one container.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    oom: bool,
+    killed: bool,
+    /// The `die` event's exit status.
+    died_with: Option<String>,
+}
+
+/// Follow one container's `oom`, `kill` and `die` events from now on, until it dies or is
+/// destroyed (a sandbox dropped without shutdown ends its container too).
+fn watch_events(docker: &Docker, cid: &str) -> Arc<Mutex<Seen>> {
+    use bollard::query_parameters::EventsOptionsBuilder;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let filters = HashMap::from([
+        ("container".to_string(), vec![cid.to_string()]),
+        ("type".to_string(), vec!["container".to_string()]),
+        (
+            "event".to_string(),
+            ["oom", "kill", "die", "destroy"].map(String::from).to_vec(),
+        ),
+    ]);
+    let (docker, record) = (docker.clone(), seen.clone());
+    tokio::spawn(async move {
+        let opts = EventsOptionsBuilder::default().filters(&filters).build();
+        let mut events = docker.events(Some(opts));
+        while let Some(Ok(event)) = events.next().await {
+            let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+            match event.action.as_deref() {
+                Some("oom") => seen.oom = true,
+                Some("kill") => seen.killed = true,
+                Some("die") => {
+                    let code = event
+                        .actor
+                        .and_then(|a| a.attributes)
+                        .and_then(|a| a.get("exitCode").cloned());
+                    seen.died_with = Some(code.unwrap_or_default());
+                    return;
+                }
+                _ => return,
+            }
+        }
+    });
+    seen
 }
 
 /// How a container ended, from its events.
