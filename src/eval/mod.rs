@@ -348,30 +348,9 @@ pub async fn run_task_when<G>(
         apply: false,
     });
     let fail = |error: String| TaskResult {
-        task: task.name.clone(),
-        fixed: false,
-        tests_passed: None,
-        tests_changed: false,
-        changed_files: Vec::new(),
-        steps: 0,
-        attempts: 0,
-        input_tokens: 0,
-        output_tokens: 0,
-        cost_usd: None,
         wall_secs: started.elapsed().as_secs_f64(),
-        exit_reason: Outcome::Error,
-        error: Some(error),
-        model: String::new(),
-        summary: None,
         started_at,
-        finished_at: now_secs(),
-        test_command: None,
-        test_exit_code: None,
-        test_output: String::new(),
-        strategy: settings.strategy,
-        candidates: Vec::new(),
-        engine: None,
-        retried_from: Vec::new(),
+        ..TaskResult::not_run(&task.name, settings.strategy, error)
     };
     let writer = match TrajectoryWriter::create(
         &out.trajectory(&task.name),
