@@ -992,13 +992,9 @@ impl DockerSandbox {
         use bollard::query_parameters::EventsOptionsBuilder;
         // What the live watch saw; its `die` can trail the end by a moment.
         for _ in 0..30 {
-            let seen = self.events.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(exit_code) = seen.died_with {
-                return Some(Death {
-                    oom: seen.oom,
-                    killed: seen.killed,
-                    exit_code,
-                });
+            let seen = self.events.lock().unwrap_or_else(|p| p.into_inner()).death();
+            if seen.is_some() {
+                return seen;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -1023,32 +1019,15 @@ impl DockerSandbox {
                     .until(&until.to_string())
                     .filters(&filters)
                     .build();
-                let mut oom = false;
-                let mut killed = false;
-                let mut died_with = None;
+                let mut seen = Seen::default();
                 let mut events = self.docker.events(Some(opts));
                 while let Some(event) = events.next().await {
                     // No answer from the daemon: nothing to learn, and no reason to wait.
                     let Ok(event) = event else { return None };
-                    match event.action.as_deref() {
-                        Some("oom") => oom = true,
-                        Some("kill") => killed = true,
-                        Some("die") => {
-                            let code = event
-                                .actor
-                                .and_then(|a| a.attributes)
-                                .and_then(|a| a.get("exitCode").cloned());
-                            died_with = Some(code.unwrap_or_default());
-                        }
-                        _ => {}
-                    }
+                    seen.record(event);
                 }
-                if let Some(exit_code) = died_with {
-                    return Some(Death {
-                        oom,
-                        killed,
-                        exit_code,
-                    });
+                if let Some(death) = seen.death() {
+                    return Some(death);
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -1164,6 +1143,36 @@ struct Seen {
     died_with: Option<String>,
 }
 
+impl Seen {
+    /// Take in one event; true once the container has ended (`die`, `destroy`).
+    fn record(&mut self, event: bollard::models::EventMessage) -> bool {
+        match event.action.as_deref() {
+            Some("oom") => self.oom = true,
+            Some("kill") => self.killed = true,
+            Some("die") => {
+                let code = event
+                    .actor
+                    .and_then(|a| a.attributes)
+                    .and_then(|a| a.get("exitCode").cloned());
+                self.died_with = Some(code.unwrap_or_default());
+                return true;
+            }
+            Some("destroy") => return true,
+            _ => {}
+        }
+        false
+    }
+
+    /// How it died, once its `die` has been seen.
+    fn death(&self) -> Option<Death> {
+        self.died_with.clone().map(|exit_code| Death {
+            oom: self.oom,
+            killed: self.killed,
+            exit_code,
+        })
+    }
+}
+
 /// Follow one container's `oom`, `kill` and `die` events from now on, until it dies or is
 /// destroyed (a sandbox dropped without shutdown ends its container too).
 fn watch_events(docker: &Docker, cid: &str) -> Arc<Mutex<Seen>> {
@@ -1182,19 +1191,8 @@ fn watch_events(docker: &Docker, cid: &str) -> Arc<Mutex<Seen>> {
         let opts = EventsOptionsBuilder::default().filters(&filters).build();
         let mut events = docker.events(Some(opts));
         while let Some(Ok(event)) = events.next().await {
-            let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
-            match event.action.as_deref() {
-                Some("oom") => seen.oom = true,
-                Some("kill") => seen.killed = true,
-                Some("die") => {
-                    let code = event
-                        .actor
-                        .and_then(|a| a.attributes)
-                        .and_then(|a| a.get("exitCode").cloned());
-                    seen.died_with = Some(code.unwrap_or_default());
-                    return;
-                }
-                _ => return,
+            if record.lock().unwrap_or_else(|p| p.into_inner()).record(event) {
+                return;
             }
         }
     });
