@@ -390,6 +390,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidate_jobs: u32,
 
+    /// With --strategy repair or auto: how the model returns its files: `text` (each file's
+    /// path, then the whole file in a fenced code block) or `tools` (write_file calls). A 1.5B
+    /// model asked for tool calls wrote junk for content (the file's name) where, asked for
+    /// text, it wrote the fixed file.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = RepairReply::Text)]
+    pub repair_reply: RepairReply,
+
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
     /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3,
     /// --edit-format whole, --strategy auto (each can still be set otherwise).
@@ -455,6 +462,16 @@ pub enum Strategy {
     Repair,
     /// Repair first; the agent loop on what it leaves unfixed.
     Auto,
+}
+
+/// `--repair-reply`: how a repair candidate's files come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RepairReply {
+    /// Each file's path on a line of its own, then the whole file in a fenced code block.
+    #[default]
+    Text,
+    /// `write_file` calls (tool calls), one per file.
+    Tools,
 }
 
 impl Strategy {

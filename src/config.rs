@@ -455,6 +455,7 @@ impl SetupSettings {
 pub struct RepairSettings {
     pub candidates: u32,
     pub candidate_jobs: u32,
+    pub reply: crate::cli::RepairReply,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -538,6 +539,7 @@ impl AgentSettings {
             repair: RepairSettings {
                 candidates: args.candidates,
                 candidate_jobs: args.candidate_jobs,
+                reply: args.repair_reply,
             },
             aids: Aids {
                 prime: args.prime || small,

@@ -429,7 +429,7 @@ async fn demo_replay_replays_even_with_a_model_configured() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() {
+async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_reads_them() {
     use support::model_server::{ModelServer, Reply, openai_turn};
     let p = Project::new(&[
         ("counter.py", COUNTER),
@@ -455,6 +455,8 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
         .args([
+            "--repair-reply",
+            "tools",
             "--candidates",
             "3",
             "--max-tokens",
@@ -499,11 +501,9 @@ async fn over_the_openai_wire_repair_asks_for_write_file_calls_and_reads_them() 
         reqs[1].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
         Some(8.0)
     );
-    assert!(
-        body["max_tokens"].as_u64().unwrap_or(0) >= 4096
-            || body["max_completion_tokens"].as_u64().unwrap_or(0) >= 4096,
-        "room for whole files: {body}"
-    );
+    // Room for the whole file, not the planned 4096 a runaway reply would fill: here the
+    // user's --max-tokens, since counter.py is small.
+    assert_eq!(max_tokens(body), 1024, "{body}");
     let prompt = body["messages"].to_string();
     assert!(
         prompt.contains("Words are split on any whitespace")
@@ -543,4 +543,78 @@ async fn candidates_that_write_outside_the_project_are_discarded_and_counted() {
     assert!(!std::path::Path::new("/tmp/planted.py").exists());
     assert_eq!(p.read("counter.py"), FIXED);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+fn max_tokens(body: &Value) -> u64 {
+    body["max_tokens"]
+        .as_u64()
+        .or_else(|| body["max_completion_tokens"].as_u64())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_openai_wire_repair_asks_for_fenced_files_by_default_and_reads_them() {
+    use support::model_server::{ModelServer, Reply, openai_turn};
+    let p = project();
+    // The file's path above the block, as the prompt asks; the first candidate's block has no
+    // closing fence (cut off at its limit), so it is not a whole file.
+    let server = ModelServer::start(vec![
+        Reply::ok(openai_turn(
+            &format!("counter.py\n```python\n{}", &FIXED[..30]),
+            &[],
+        )),
+        Reply::ok(openai_turn(
+            &format!("The split is wrong.\n\n### counter.py\n```python\n{FIXED}```\n"),
+            &[],
+        )),
+    ])
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
+        .args([
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "1",
+            "--max-tokens",
+            "200",
+        ])
+        .arg(p.path())
+        .env("OPENAI_BASE_URL", server.openai_url())
+        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(p.read("counter.py"), FIXED);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["unparsable", "passed"]);
+    let reqs = server.requests();
+    let body = &reqs[0].body;
+    // No tools: the files come back as text.
+    assert!(
+        body.get("tools")
+            .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
+        "{body}"
+    );
+    assert!(body.get("tool_choice").is_none(), "{body}");
+    let prompt = body["messages"].to_string();
+    assert!(
+        prompt.contains("fenced code block") && !prompt.contains("write_file"),
+        "{prompt}"
+    );
+    // Room for counter.py rewritten (bytes / 3, half again, 256 of slack), above --max-tokens.
+    let room = COUNTER.len() as u64 / 3;
+    assert_eq!(max_tokens(body), room + room / 2 + 256, "{body}");
 }

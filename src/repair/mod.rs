@@ -18,7 +18,7 @@ use std::time::Instant;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::agent::{Fatal, LoopResult, Stop};
-use crate::cli::Strategy;
+use crate::cli::{RepairReply, Strategy};
 use crate::config::{AgentSettings, SandboxConfig};
 use crate::events::{Event, EventSink};
 use crate::model::{Message, ModelError, Request, ToolChoice, Turn, Usage};
@@ -44,11 +44,19 @@ const BYTES_PER_TOKEN: u32 = 3;
 /// The end of a failed candidate's test output kept for the report and the loop.
 const DETAIL_BYTES: usize = 1500;
 
+/// The system prompt, before the sentence that says how files come back.
 const SYSTEM: &str = "You fix bugs in code. You are given a task, the output of the project's failing \
      tests, the test files and the source files. The tests are the specification: never change them. \
      Find the bug, then reply with the complete corrected content of each source file you change: \
-     call write_file once for each such file, with the whole file (every line of it, not only the \
-     changed part). Change as little as needed and keep everything else exactly as it is.";
+     the whole file, every line of it, not only the changed part. Change as little as needed and keep \
+     everything else exactly as it is.";
+const SYSTEM_TEXT: &str = " For each file you change, write its path on a line of its own, then the \
+     whole file in a fenced code block.";
+const SYSTEM_TOOLS: &str = " Call write_file once for each file you change, with the whole file as content.";
+/// The reply's room beyond the files it may rewrite: a whole file comes back a little longer
+/// than it went out (JSON escapes, a fence, a changed line), and a reply that runs on past
+/// that is a runaway (one ran to 4 096 tokens, 7 minutes on 2 cores).
+const REPLY_SLACK_TOKENS: u32 = 256;
 
 /// What a strategy did: the loop's result (steps and usage over everything), its attempts, and
 /// the repair candidates.
@@ -179,7 +187,12 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     let reply_tokens = settings.model.max_tokens.max(MIN_REPLY_TOKENS);
     // The project's own notes (AGENTS.md), as the loop's system prompt has them: conventions a
     // fix must follow ("money is integer cents").
+    let reply_format = settings.repair.reply;
     let mut system = SYSTEM.to_string();
+    system.push_str(match reply_format {
+        RepairReply::Text => SYSTEM_TEXT,
+        RepairReply::Tools => SYSTEM_TOOLS,
+    });
     if let Ok(Some(text)) = crate::session::prompt::project_instructions(&session.sandbox).await {
         system.push_str("\n\n# Instructions from the project (its AGENTS.md)\n\n");
         system.push_str(text.trim());
@@ -213,13 +226,20 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             return out;
         }
     };
+    let (tools, tool_choice) = match reply_format {
+        RepairReply::Text => (Vec::new(), ToolChoice::Auto),
+        RepairReply::Tools => (
+            ToolRegistry::write_only().specs(&session.tool_settings),
+            ToolChoice::Required,
+        ),
+    };
     let request = Request {
         system,
-        messages: vec![Message::user_text(prompt(task, &loc))],
-        tools: ToolRegistry::write_only().specs(&session.tool_settings),
-        tool_choice: ToolChoice::Required,
+        messages: vec![Message::user_text(prompt(task, &loc, reply_format))],
+        tools,
+        tool_choice,
         temperature: Some(0.0),
-        max_tokens: reply_tokens,
+        max_tokens: reply_limit(&loc, reply_tokens, settings.model.max_tokens),
     };
     let jobs = tokio::sync::Semaphore::new(settings.repair.candidate_jobs as usize);
     let mut validating = FuturesUnordered::new();
@@ -294,10 +314,11 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             events.emit(&Event::Note {
                 message: format!(
                     "repair: the prompt took {} tokens and the reply {} (planned: {} for the prompt, \
-                     {reply_tokens} for the reply, in a {CONTEXT_TOKENS}-token context)",
+                     {} for the reply, in a {CONTEXT_TOKENS}-token context)",
                     turn.usage.total_input(),
                     turn.usage.output_tokens,
-                    CONTEXT_TOKENS.saturating_sub(reply_tokens)
+                    CONTEXT_TOKENS.saturating_sub(reply_tokens),
+                    request.max_tokens
                 ),
             });
         }
@@ -367,8 +388,21 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     out
 }
 
+/// The reply's `max_tokens`: room for every shown source file rewritten (at the budget's
+/// bytes per token, half as much again, and some slack), within what the budget planned, and
+/// never below the user's own `--max-tokens`.
+fn reply_limit(loc: &localise::Localised, planned: u32, max_tokens: u32) -> u32 {
+    let bytes: usize = loc.shown.iter().filter(|f| !f.test).map(|f| f.text.len()).sum();
+    let files = u32::try_from(bytes).unwrap_or(u32::MAX) / BYTES_PER_TOKEN;
+    files
+        .saturating_add(files / 2)
+        .saturating_add(REPLY_SLACK_TOKENS)
+        .min(planned)
+        .max(max_tokens)
+}
+
 /// The prompt: the task, the failing output, the tests (read-only), the sources to rewrite.
-fn prompt(task: &str, loc: &localise::Localised) -> String {
+fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply) -> String {
     let mut s = format!("{task}\n\nThe tests fail now:\n{}\n", loc.failing.trim_end());
     let block =
         |f: &localise::Shown| format!("\n### {}\n```\n{}\n```\n", f.path, f.text.trim_end_matches('\n'));
@@ -391,11 +425,17 @@ fn prompt(task: &str, loc: &localise::Localised) -> String {
             loc.left_out.join(", ")
         ));
     }
-    s.push_str(
-        "\nReply with write_file calls, one for each source file you change, each with the complete \
-         corrected file. If you cannot call tools, write each changed file's path on a line of its own \
-         followed by the whole file in a fenced code block.\n",
-    );
+    s.push_str(match reply {
+        RepairReply::Text => {
+            "\nReply with each source file you change: its path on a line of its own, then the complete \
+             corrected file in a fenced code block.\n"
+        }
+        RepairReply::Tools => {
+            "\nReply with write_file calls, one for each source file you change, each with the complete \
+             corrected file. If you cannot call tools, write each changed file's path on a line of its \
+             own followed by the whole file in a fenced code block.\n"
+        }
+    });
     s
 }
 
