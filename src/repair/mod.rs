@@ -185,14 +185,14 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         return out;
     }
     let reply_tokens = settings.model.max_tokens.max(MIN_REPLY_TOKENS);
-    // The project's own notes (AGENTS.md), as the loop's system prompt has them: conventions a
-    // fix must follow ("money is integer cents").
     let reply_format = settings.repair.reply;
     let mut system = SYSTEM.to_string();
     system.push_str(match reply_format {
         RepairReply::Text => SYSTEM_TEXT,
         RepairReply::Tools => SYSTEM_TOOLS,
     });
+    // The project's own notes (AGENTS.md), as the loop's system prompt has them: conventions a
+    // fix must follow ("money is integer cents").
     if let Ok(Some(text)) = crate::session::prompt::project_instructions(&session.sandbox).await {
         system.push_str("\n\n# Instructions from the project (its AGENTS.md)\n\n");
         system.push_str(text.trim());
