@@ -452,9 +452,10 @@ async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_r
         )),
     ])
     .await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
-        .args([
+    let out = run_over_openai(
+        &p,
+        &server.openai_url(),
+        &[
             "--repair-reply",
             "tools",
             "--candidates",
@@ -463,17 +464,9 @@ async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_r
             "1024",
             "--retry-temperature",
             "0.8",
-        ])
-        .arg(p.path())
-        .env("OPENAI_BASE_URL", server.openai_url())
-        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("AGENTBOX_CONFIG", "")
-        .env("AGENTBOX_DATA_DIR", test_data_dir())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(p.read("counter.py"), FIXED);
@@ -545,6 +538,23 @@ async fn candidates_that_write_outside_the_project_are_discarded_and_counted() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
+/// `agentbox run --json --strategy repair` on `p` against the OpenAI-compatible server at `url`.
+async fn run_over_openai(p: &Project, url: &str, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
+        .args(args)
+        .arg(p.path())
+        .env("OPENAI_BASE_URL", url)
+        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", test_data_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
 fn max_tokens(body: &Value) -> u64 {
     body["max_tokens"]
         .as_u64()
@@ -569,26 +579,19 @@ async fn over_the_openai_wire_repair_asks_for_fenced_files_by_default_and_reads_
         )),
     ])
     .await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .args(["run", "--json", "--model", "local-test", "--strategy", "repair"])
-        .args([
+    let out = run_over_openai(
+        &p,
+        &server.openai_url(),
+        &[
             "--candidates",
             "2",
             "--candidate-jobs",
             "1",
             "--max-tokens",
             "200",
-        ])
-        .arg(p.path())
-        .env("OPENAI_BASE_URL", server.openai_url())
-        .env("OPENAI_API_KEY", "sk-test-key-for-repair")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("AGENTBOX_CONFIG", "")
-        .env("AGENTBOX_DATA_DIR", test_data_dir())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(p.read("counter.py"), FIXED);
