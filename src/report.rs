@@ -217,6 +217,9 @@ pub enum CandidateVerdict {
     ChangesTests,
     /// Discarded: no file could be read from the reply.
     Unparsable,
+    /// Discarded: every file it wrote is the file as it was (a small model often echoes the
+    /// source back); known without running anything.
+    Unchanged,
     /// Discarded: it wrote a path outside the project (or an invalid one).
     Outside,
     /// Its sandbox or the model failed.
@@ -230,6 +233,7 @@ impl CandidateVerdict {
             CandidateVerdict::Failed => "failed",
             CandidateVerdict::ChangesTests => "discarded: changes the tests",
             CandidateVerdict::Unparsable => "discarded: no usable file",
+            CandidateVerdict::Unchanged => "discarded: changes nothing",
             CandidateVerdict::Outside => "discarded: a path outside the project",
             CandidateVerdict::Error => "error",
         }
@@ -238,7 +242,10 @@ impl CandidateVerdict {
     pub fn discarded(self) -> bool {
         matches!(
             self,
-            CandidateVerdict::ChangesTests | CandidateVerdict::Unparsable | CandidateVerdict::Outside
+            CandidateVerdict::ChangesTests
+                | CandidateVerdict::Unparsable
+                | CandidateVerdict::Unchanged
+                | CandidateVerdict::Outside
         )
     }
 }

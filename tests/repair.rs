@@ -176,6 +176,31 @@ async fn a_candidate_that_edits_a_test_is_discarded_and_counted() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_given_back_as_it_was_is_discarded_without_a_sandbox_and_a_name_only_block_is_a_label() {
+    let p = project();
+    // The 1.5B model's two habits: echo the source (a blank line more), and put the path in a
+    // fence of its own above the file.
+    let echoed = COUNTER.replace(":\n", ":  \n\n");
+    let out = run(
+        &p,
+        json!([
+            {"text": format!("```python\n{echoed}```\n")},
+            {"text": "```\ncounter.py\n```\n\n```python\n".to_string() + FIXED + "```\n"},
+        ]),
+        &["--strategy", "repair", "--candidates", "2"],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["unchanged", "passed"], "{}", out.stdout);
+    let first = &report(&out)["candidates"][0];
+    assert!(
+        first["detail"].as_str().unwrap().contains("as they were"),
+        "no test output, it never ran: {first}"
+    );
+    assert_eq!(p.read("counter.py"), FIXED, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
 /// A candidate whose module sleeps: its tests run long enough to see the sandboxes.
 fn slow(code: &str) -> String {
     format!("import time\ntime.sleep(8)\n{code}")

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use super::reply::FileWrite;
 use crate::project::is_test_file;
 use crate::tools::{TestRun, ToolContext, all_passed, render_test_runs};
 use crate::workspace::Workspace;
@@ -47,6 +48,22 @@ impl Localised {
             .filter(|s| !s.test)
             .map(|s| s.path.clone())
             .collect()
+    }
+
+    /// Whether `file` is a shown file given back as it was. Blank lines and trailing blanks do
+    /// not count: the 1.5B model echoing a file drops or adds a blank line, and calling that a
+    /// change would cost a sandbox run that can only fail the same way.
+    pub fn unchanged(&self, file: &FileWrite) -> bool {
+        let lines = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(str::trim_end)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        self.shown
+            .iter()
+            .any(|s| s.path == file.path && lines(&s.text) == lines(&file.content))
     }
 }
 

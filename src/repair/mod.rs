@@ -323,6 +323,16 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             });
         }
         match reply::files_from_turn(&turn, &sources) {
+            Ok(files) if files.iter().all(|f| loc.unchanged(f)) => record(
+                CandidateReport {
+                    number,
+                    temperature,
+                    verdict: CandidateVerdict::Unchanged,
+                    files: files.iter().map(|f| f.path.clone()).collect(),
+                    detail: "the reply gave the file(s) back as they were".into(),
+                },
+                &mut judged,
+            ),
             Ok(files) => {
                 replies.push((number, files.clone()));
                 validating.push(validator.validate(number, temperature, files, &jobs));

@@ -99,6 +99,7 @@ fn named_in(line: &str, shown: &[String]) -> Option<String> {
 fn fenced_blocks(text: &str, shown: &[String]) -> Vec<FileWrite> {
     let lines: Vec<&str> = text.lines().collect();
     let mut found: Vec<(Option<String>, String)> = Vec::new();
+    let mut label = None;
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i].trim_start();
@@ -131,13 +132,25 @@ fn fenced_blocks(text: &str, shown: &[String]) -> Vec<FileWrite> {
             .find(|l| !l.trim().is_empty())
             .copied()
             .unwrap_or("");
+        // A block holding nothing but a file's name is a label, not that file's content
+        // (the 1.5B model writes "```\ncounter.py\n```"): it names the next block, if any.
+        if let [only] = body.as_slice()
+            && let Some(path) = named_in(only, shown)
+            && only.split_whitespace().count() == 1
+        {
+            label = Some(path);
+            i = j + 1;
+            continue;
+        }
+        let pending = label.take();
         let first_comment = body.first().and_then(|l| {
             let t = l.trim();
             (t.starts_with('#') || t.starts_with("//")).then_some(t)
         });
         let path = named_in(info, shown)
             .or_else(|| named_in(above, shown))
-            .or_else(|| first_comment.and_then(|c| named_in(c, shown)));
+            .or_else(|| first_comment.and_then(|c| named_in(c, shown)))
+            .or(pending);
         let mut content = body.join("\n");
         content.push('\n');
         found.push((path, content));
@@ -218,5 +231,21 @@ mod tests {
         // Cut off: not a whole file.
         assert!(files_from_turn(&text_turn("```python\nx = 2\n"), &one).is_err());
         assert!(files_from_turn(&text_turn("I cannot help."), &one).is_err());
+    }
+
+    #[test]
+    fn a_block_holding_only_a_file_name_is_a_label_not_the_file() {
+        let one = vec!["counter.py".to_string()];
+        let err = files_from_turn(&text_turn("```\ncounter.py\n```"), &one).unwrap_err();
+        assert!(err.contains("no write_file call"), "{err}");
+        let labelled = "```\npkg/util.py\n```\n\n```python\nY = 5\n```\n";
+        let files = files_from_turn(&text_turn(labelled), &shown()).unwrap();
+        assert_eq!(
+            files,
+            [FileWrite {
+                path: "pkg/util.py".into(),
+                content: "Y = 5\n".into()
+            }]
+        );
     }
 }
