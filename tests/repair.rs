@@ -646,3 +646,35 @@ async fn over_the_openai_wire_repair_asks_for_fenced_files_by_default_and_reads_
     let room = COUNTER.len() as u64 / 3;
     assert_eq!(max_tokens(body), room + room / 2 + 256, "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_still_being_asked_for_when_an_earlier_one_passes_is_not_waited_for() {
+    use support::model_server::{ModelServer, Reply, openai_turn};
+    let p = project();
+    let fixed = openai_turn(&format!("### counter.py\n```python\n{FIXED}```\n"), &[]);
+    // The second reply would come long after the first candidate passed: a local model takes
+    // 20-60 s for a file. It is never read.
+    let server = ModelServer::start(vec![
+        Reply::ok(fixed.clone()),
+        Reply::Delay(Duration::from_secs(45), Box::new(Reply::ok(fixed))),
+    ])
+    .await;
+    let out = run_over_openai(&p, &server.openai_url(), &["--candidates", "2"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(p.read("counter.py"), FIXED);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = report["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["passed"], "{report}");
+    assert_eq!(
+        report["steps"], 1,
+        "the abandoned request is not a step: {report}"
+    );
+    // It was asked for (sampling overlaps validation), then dropped.
+    assert_eq!(server.requests().len(), 2);
+}

@@ -269,9 +269,24 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         tokio::pin!(asked);
         let turn = loop {
             tokio::select! {
-                turn = &mut asked => break turn,
-                Some(c) = validating.next() => record(c, &mut judged),
+                turn = &mut asked => break Some(turn),
+                Some(c) = validating.next() => {
+                    let c: CandidateReport = c;
+                    let passed = c.verdict == CandidateVerdict::Passed;
+                    record(c, &mut judged);
+                    // This sample could never win now: drop its request rather than wait
+                    // for a reply as long as the winner's (20-60 s for the local model).
+                    if passed {
+                        break None;
+                    }
+                }
             }
+        };
+        let Some(turn) = turn else {
+            events.emit(&Event::Note {
+                message: format!("repair: candidate {number} not waited for: an earlier one passed"),
+            });
+            break;
         };
         out.requests += 1;
         let turn = match turn {
