@@ -42,9 +42,13 @@ fn report(run: &Run) -> &Value {
 }
 
 fn verdicts(run: &Run) -> Vec<String> {
-    report(run)["candidates"]
+    verdicts_of(report(run))
+}
+
+fn verdicts_of(report: &Value) -> Vec<String> {
+    report["candidates"]
         .as_array()
-        .unwrap_or_else(|| panic!("no candidates: {}", run.stdout))
+        .unwrap_or_else(|| panic!("no candidates: {report}"))
         .iter()
         .map(|c| c["verdict"].as_str().unwrap().to_string())
         .collect()
@@ -498,13 +502,7 @@ async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_r
     let reqs = server.requests();
     assert_eq!(reqs.len(), 3, "not retried: {stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let verdicts: Vec<&str> = report["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["verdict"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["failed", "unparsable", "passed"]);
+    assert_eq!(verdicts_of(&report), ["failed", "unparsable", "passed"]);
     let body = &reqs[0].body;
     assert_eq!(body["tool_choice"], "required");
     let tools: Vec<&str> = body["tools"]
@@ -621,13 +619,7 @@ async fn over_the_openai_wire_repair_asks_for_fenced_files_by_default_and_reads_
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(p.read("counter.py"), FIXED);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let verdicts: Vec<&str> = report["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["verdict"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["unparsable", "passed"]);
+    assert_eq!(verdicts_of(&report), ["unparsable", "passed"]);
     let reqs = server.requests();
     let body = &reqs[0].body;
     // No tools: the files come back as text.
@@ -664,13 +656,7 @@ async fn a_candidate_still_being_asked_for_when_an_earlier_one_passes_is_not_wai
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(p.read("counter.py"), FIXED);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let verdicts: Vec<&str> = report["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["verdict"].as_str().unwrap())
-        .collect();
-    assert_eq!(verdicts, ["passed"], "{report}");
+    assert_eq!(verdicts_of(&report), ["passed"], "{report}");
     assert_eq!(
         report["steps"], 1,
         "the abandoned request is not a step: {report}"
