@@ -246,13 +246,15 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     let mut judged: Vec<CandidateReport> = Vec::new();
     let mut replies: Vec<(u32, Vec<FileWrite>)> = Vec::new();
     let mut model_error = None;
+    let any_passed =
+        |judged: &[CandidateReport]| judged.iter().any(|c| c.verdict == CandidateVerdict::Passed);
     let record = |c: CandidateReport, judged: &mut Vec<CandidateReport>| {
         events.emit(&Event::Candidate { candidate: &c });
         judged.push(c);
     };
     for number in 1..=settings.repair.candidates {
         // A passing candidate ends the sampling: a later one could never win.
-        if judged.iter().any(|c| c.verdict == CandidateVerdict::Passed) {
+        if any_passed(&judged) {
             break;
         }
         let temperature = if number == 1 {
@@ -271,12 +273,10 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             tokio::select! {
                 turn = &mut asked => break Some(turn),
                 Some(c) = validating.next() => {
-                    let c: CandidateReport = c;
-                    let passed = c.verdict == CandidateVerdict::Passed;
                     record(c, &mut judged);
                     // This sample could never win now: drop its request rather than wait
                     // for a reply as long as the winner's (20-60 s for the local model).
-                    if passed {
+                    if any_passed(&judged) {
                         break None;
                     }
                 }
