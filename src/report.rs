@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Usage;
+use crate::project::results::TestCounts;
 use crate::sandbox::hostscan::{self, HostCheck};
 
 /// Exit statuses of `agentbox run` (documented in the README).
@@ -53,6 +54,35 @@ pub struct CommandVerdict {
     pub output_tail: String,
     /// The files detection chose it from (empty when it was given).
     pub based_on: Vec<String>,
+    /// The counts its runner printed (`project::results`); `None` when they cannot be told
+    /// (make, an unknown command, no summary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<TestCounts>,
+    /// The same command before the model's first turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<RunBefore>,
+    /// Why it is no PASS although it exited 0: it ran no test, where tests ran before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// A test command's run before the model's first turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunBefore {
+    pub passed: bool,
+    pub exit_code: i64,
+    pub counts: Option<TestCounts>,
+}
+
+impl RunBefore {
+    /// Its counts, or its exit status when they cannot be told.
+    fn shown(&self) -> String {
+        match &self.counts {
+            Some(c) => c.to_string(),
+            None if self.passed => "PASS".into(),
+            None => format!("FAIL (exit {})", self.exit_code),
+        }
+    }
 }
 
 impl TestVerdict {
@@ -109,6 +139,18 @@ impl TestVerdict {
 }
 
 impl CommandVerdict {
+    /// `before: 1 failed, 185 passed → after: 186 passed`, when it ran before the first turn.
+    fn before_after(&self) -> Option<String> {
+        let before = self.before.as_ref()?;
+        let after = match (&self.counts, self.passed) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(true)) => "PASS".into(),
+            (None, Some(false)) => format!("FAIL (exit {})", self.exit_code.unwrap_or(-1)),
+            (None, None) => "not run to the end".into(),
+        };
+        Some(format!("before: {} → after: {after}", before.shown()))
+    }
+
     /// Where it came from, for the report: "Cargo.toml", or "--test-cmd".
     fn origin(&self, given: bool) -> String {
         if given || self.based_on.is_empty() {
@@ -469,19 +511,26 @@ impl Report {
             [] => "tests:    not run (no test command; pass --test-cmd)\n".to_string(),
             [c] => {
                 let how = format!("run by agentbox after the model finished; {}", c.origin(given));
-                match c.passed {
-                    Some(true) => format!("tests:    PASS  (`{}`, {how})\n", c.command),
-                    Some(false) => format!(
+                let mut line = match (c.passed, &c.refused) {
+                    (Some(true), _) => format!("tests:    PASS  (`{}`, {how})\n", c.command),
+                    (Some(false), Some(why)) => {
+                        format!("tests:    FAIL  (`{}` exited 0, but {why}; {how})\n", c.command)
+                    }
+                    (Some(false), None) => format!(
                         "tests:    FAIL  (`{}` exited {}, {how})\n",
                         c.command,
                         c.exit_code.unwrap_or(-1)
                     ),
-                    None => format!(
+                    (None, _) => format!(
                         "tests:    unknown (`{}` could not be run; {})\n",
                         c.command,
                         c.origin(given)
                     ),
+                };
+                if let Some(ba) = c.before_after() {
+                    line.push_str(&format!("          {ba}\n"));
                 }
+                line
             }
             many => {
                 let verdict = match t.passed {
@@ -494,12 +543,19 @@ impl Report {
                     many.len()
                 );
                 for c in many {
-                    let result = match (c.passed, c.exit_code) {
-                        (Some(true), _) => "PASS ".to_string(),
-                        (Some(false), code) => format!("FAIL  (exit {})", code.unwrap_or(-1)),
-                        (None, _) => "not run to the end".to_string(),
+                    let result = match (c.passed, c.exit_code, &c.refused) {
+                        (Some(true), _, _) => "PASS ".to_string(),
+                        (Some(false), _, Some(_)) => "FAIL  (no tests ran)".to_string(),
+                        (Some(false), code, None) => format!("FAIL  (exit {})", code.unwrap_or(-1)),
+                        (None, _, _) => "not run to the end".to_string(),
                     };
                     s.push_str(&format!("  {result}  `{}`  ({})\n", c.command, c.origin(given)));
+                    if let Some(why) = &c.refused {
+                        s.push_str(&format!("          exited 0, but {why}\n"));
+                    }
+                    if let Some(ba) = c.before_after() {
+                        s.push_str(&format!("          {ba}\n"));
+                    }
                 }
                 s
             }
@@ -627,6 +683,7 @@ mod tests {
                     exit_code: Some(101),
                     output_tail: "test t ... FAILED\n".into(),
                     based_on: vec!["Cargo.toml".into()],
+                    ..Default::default()
                 },
                 CommandVerdict {
                     command: "python3 -m pytest".into(),
@@ -634,6 +691,7 @@ mod tests {
                     exit_code: Some(0),
                     output_tail: "1 passed\n".into(),
                     based_on: vec!["pyproject.toml".into(), "tests/test_a.py".into()],
+                    ..Default::default()
                 },
             ],
             given: false,

@@ -57,6 +57,17 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     let settings = &settings;
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
+    if let Err(e) = session.tests_before(project).await {
+        // The project's own tests ran: the host's check of the project still comes first.
+        if let Some(check) = session.close().await {
+            for w in check.warnings {
+                events.emit(&Event::Note {
+                    message: format!("WARNING: {w}"),
+                });
+            }
+        }
+        return Err(e.into());
+    }
     let work = crate::repair::work(&session, settings, project, task).await;
     let mut report = session.report(&work.result).await;
     report.attempts = work.attempts;

@@ -375,6 +375,14 @@ pub async fn run_task_when<G>(
         .unwrap_or_else(Instant::now);
     started_at = now_secs() - prepared_in.as_secs_f64();
     session.restart_clock(prepared_in);
+    if let Err(e) = session.tests_before(&task.dir).await {
+        session.close().await;
+        return TaskResult {
+            wall_secs: started.elapsed().as_secs_f64(),
+            started_at,
+            ..TaskResult::not_run(&task.name, settings.strategy, e.0)
+        };
+    }
     let work = crate::repair::work(&session, &settings, &task.dir, &task.instruction).await;
     let mut report = session.report(&work.result).await;
     report.attempts = work.attempts;

@@ -12,11 +12,16 @@
 //!   and the test code inside any `.rs` source (see [`rust`]); benches are not tests (`cargo
 //!   test` does not run them);
 //! - every ecosystem: anything under a `tests/` or `test/` directory, and a task's own
-//!   `test_files` patterns.
+//!   `test_files` patterns;
+//! - and the test configuration, which is test code too: [`test_config`] lists it.
 
+pub mod declared;
 pub mod detect;
+pub mod ini;
+pub mod results;
 pub mod rust;
 pub mod setup;
+pub mod test_config;
 
 pub use detect::{
     Detection, Devcontainer, Ecosystem, POLYGLOT, TestCommand, detect, devcontainer, program_check,
@@ -98,16 +103,31 @@ pub fn is_test_file(path: &str, extra: &[String]) -> bool {
     in_test_dir || by_name || extra.iter().any(|g| glob_match(g, path))
 }
 
-/// Whether changing `path` from `old` to `new` (`None`: absent) changes test code inside a
-/// source file: for `.rs` files, its test items (see [`rust`]). Test *files* are
-/// [`is_test_file`]'s business.
-pub fn test_code_changed(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> bool {
-    if !path.ends_with(".rs") {
-        return false;
+/// What of the tests changes when `path` goes from `old` to `new` (`None`: absent), said for
+/// the model and the report: the test code inside a source file (for `.rs` files, its test
+/// items, see [`rust`]), or the test configuration in it ([`test_config`]); `None` when
+/// neither changes. Test *files* are [`is_test_file`]'s business.
+pub fn test_change(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<String> {
+    if path.ends_with(".rs") {
+        let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+        if rust::test_code(&text(old)) != rust::test_code(&text(new)) {
+            return Some(format!(
+                "test code in {path} (a #[cfg(test)] module or a #[test] function)"
+            ));
+        }
     }
-    let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
-    let (old, new) = (text(old), text(new));
-    rust::test_code(&old) != rust::test_code(&new)
+    test_config::changed(path, old, new)
+}
+
+/// Whether [`test_change`] finds a change.
+pub fn test_code_changed(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> bool {
+    test_change(path, old, new).is_some()
+}
+
+/// Whether `path` can hold test code or test configuration beside what [`is_test_file`]
+/// names: the files worth comparing with [`test_change`].
+pub fn may_hold_tests(path: &str) -> bool {
+    path.ends_with(".rs") || test_config::may_hold(path)
 }
 
 /// The image a session runs, why, and what was passed over.

@@ -67,16 +67,21 @@ impl Localised {
     }
 }
 
-/// Run the tests and read the files the prompt shows, within `budget` bytes of file text.
-pub async fn localise(ctx: &ToolContext<'_>, budget: usize) -> Localised {
+/// Run the tests (unless `before` has them, run before the first turn) and read the files the
+/// prompt shows, within `budget` bytes of file text.
+pub async fn localise(ctx: &ToolContext<'_>, budget: usize, before: Option<&[TestRun]>) -> Localised {
     let ws = Workspace::new(ctx.sandbox);
-    let runs: Vec<TestRun> = if ctx.settings.test_commands.is_empty() {
-        Vec::new()
-    } else {
-        ctx.run_tests().await.unwrap_or_default()
+    let ran: Vec<TestRun>;
+    let runs: &[TestRun] = match before {
+        Some(runs) => runs,
+        None if ctx.settings.test_commands.is_empty() => &[],
+        None => {
+            ran = ctx.run_tests().await.unwrap_or_default();
+            &ran
+        }
     };
-    let tests_pass = !runs.is_empty() && all_passed(&runs);
-    let mut failing = render_test_runs(&runs);
+    let tests_pass = !runs.is_empty() && all_passed(runs);
+    let mut failing = render_test_runs(runs);
     if failing.len() > MAX_FAILING_OUTPUT {
         // The end says which assertion failed; keep it.
         let cut = failing.len() - MAX_FAILING_OUTPUT;

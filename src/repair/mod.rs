@@ -168,6 +168,9 @@ struct Validator<'a> {
     seed: tempfile::NamedTempFile,
     tool_settings: &'a ToolSettings,
     session: String,
+    /// Each test command's counts before the first turn: a candidate that runs no test where
+    /// tests ran then has not passed.
+    before: Vec<(String, Option<crate::project::results::TestCounts>)>,
 }
 
 async fn repair(session: &Session, settings: &AgentSettings, project: &Path, task: &str) -> Repaired {
@@ -200,7 +203,7 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     }
     let budget = (CONTEXT_TOKENS.saturating_sub(reply_tokens + PROMPT_OVERHEAD_TOKENS) * BYTES_PER_TOKEN)
         .saturating_sub(system.len() as u32);
-    let loc = localise::localise(&ctx, budget as usize).await;
+    let loc = localise::localise(&ctx, budget as usize, session.before_runs()).await;
     if loc.tests_pass {
         out.tests_pass = true;
         out.summary = "the tests already pass: nothing to repair".into();
@@ -512,6 +515,7 @@ impl<'a> Validator<'a> {
             seed: packed.tar,
             tool_settings: &session.tool_settings,
             session: session.sandbox.info().session.clone(),
+            before: session.before_counts(),
         })
     }
 
@@ -573,7 +577,12 @@ impl<'a> Validator<'a> {
             approver: None,
         };
         match ctx.run_tests().await {
-            Ok(runs) if all_passed(&runs) => (CandidateVerdict::Passed, String::new()),
+            Ok(runs) if all_passed(&runs) => {
+                match crate::session::before::no_tests_ran(&runs, &self.before) {
+                    None => (CandidateVerdict::Passed, String::new()),
+                    Some(why) => (CandidateVerdict::Failed, format!("its tests exited 0, but {why}")),
+                }
+            }
             Ok(runs) => {
                 let text = render_test_runs(&runs);
                 let cut = text.len().saturating_sub(DETAIL_BYTES);
@@ -604,11 +613,8 @@ async fn write_files(
             Err(FsError::NotFound(_)) => None,
             Err(e) => return Err(fs_verdict(e)),
         };
-        if crate::project::test_code_changed(&f.path, old.as_deref(), Some(f.content.as_bytes())) {
-            return Err((
-                CandidateVerdict::ChangesTests,
-                format!("it changes test code in {}", f.path),
-            ));
+        if let Some(what) = crate::project::test_change(&f.path, old.as_deref(), Some(f.content.as_bytes())) {
+            return Err((CandidateVerdict::ChangesTests, format!("it changes {what}")));
         }
         let data = f.content.clone().into_bytes();
         let written = match old {

@@ -45,8 +45,9 @@ impl Session {
     /// `--isolate`: the changes, the patch (from the manifest and the host's originals), and
     /// with `--apply` the changes in the project. The report's diff and file list become the
     /// host's account, including what was not brought back and why.
-    /// Returns the changed sources whose test code changed (`project::test_code_changed`:
-    /// a `#[cfg(test)]` module edited, say), from the host's originals and what was read back.
+    /// Returns the changed files whose test code or test configuration changed
+    /// (`project::test_change`: a `#[cfg(test)]` module edited, pytest's `addopts` in
+    /// `pyproject.toml`), from the host's originals and what was read back.
     /// `Err` when what changed cannot be told (then nothing is written or applied).
     pub async fn finish_isolated(&self, report: &mut Report) -> Result<Vec<String>, String> {
         let Some(iso) = &self.isolation else {
@@ -152,16 +153,17 @@ impl Session {
 /// what it could not check).
 async fn test_code_changes(iso: &Isolation, set: &isolate::ChangeSet) -> Vec<String> {
     const MAX_SOURCE: u64 = 16 << 20;
-    let candidates: Vec<(String, std::path::PathBuf, Option<Vec<u8>>)> = set
+    let candidates: Vec<(String, String, std::path::PathBuf, Option<Vec<u8>>)> = set
         .changes
         .iter()
-        .filter(|(c, _)| c.path.as_path().extension().is_some_and(|e| e == "rs"))
+        .filter(|(c, _)| crate::project::may_hold_tests(&c.path.as_path().to_string_lossy()))
         .map(|(c, content)| {
             let new = match content {
                 Some(isolate::Content::File { data, .. }) => Some(data.clone()),
                 _ => None,
             };
-            (c.path.quoted(), iso.project.join(c.path.as_path()), new)
+            let rel = c.path.as_path().to_string_lossy().into_owned();
+            (c.path.quoted(), rel, iso.project.join(c.path.as_path()), new)
         })
         .collect();
     if candidates.is_empty() {
@@ -170,18 +172,17 @@ async fn test_code_changes(iso: &Isolation, set: &isolate::ChangeSet) -> Vec<Str
     tokio::task::spawn_blocking(move || {
         candidates
             .into_iter()
-            .filter(|(_, original, new)| {
-                let rs = original.to_string_lossy();
+            .filter(|(_, rel, original, new)| {
                 match isolate::hostfs::read_bounded(original, MAX_SOURCE) {
-                    Ok(Some(old)) => crate::project::test_code_changed(&rs, Some(&old), new.as_deref()),
+                    Ok(Some(old)) => crate::project::test_code_changed(rel, Some(&old), new.as_deref()),
                     // Not there before: a new file.
                     Err(isolate::hostfs::OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                        crate::project::test_code_changed(&rs, None, new.as_deref())
+                        crate::project::test_code_changed(rel, None, new.as_deref())
                     }
                     _ => true,
                 }
             })
-            .map(|(shown, _, _)| shown)
+            .map(|(shown, _, _, _)| shown)
             .collect()
     })
     .await

@@ -8,6 +8,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 pub mod baseline;
+pub mod before;
 mod isolated;
 pub mod preflight;
 pub mod prime;
@@ -21,6 +22,7 @@ pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec,
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
 use crate::events::{Event, EventSink, Fanout};
 use crate::model::{Message, ModelClient, pricing};
+use crate::project::results;
 use crate::report::{CommandVerdict, Outcome, Report, TestVerdict};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::tools::{
@@ -53,6 +55,8 @@ pub struct Session {
     egress: setup_phase::EgressLog,
     /// The egress proxy of the agent phase (`--agent-network allowlist`); stops when dropped.
     _agent_proxy: Option<crate::egress::Proxy>,
+    /// The tests before the model's first turn (`before`).
+    before: std::sync::OnceLock<Vec<crate::tools::TestRun>>,
 }
 
 impl Session {
@@ -79,7 +83,7 @@ impl Session {
 
     /// Work on `task`: see [`work`].
     pub async fn work(&self, task: &str) -> (LoopResult, u32) {
-        work(&self.agent(), &self.aids, task).await
+        work(&self.agent(), &self.aids, task, self.before_runs()).await
     }
 
     /// The verdict before any test ran: every command, none run yet.
@@ -111,6 +115,14 @@ impl Session {
         };
         let mut broken = None;
         for c in &mut verdict.commands {
+            let ran_before = self
+                .before_runs()
+                .and_then(|runs| runs.iter().find(|r| r.command == c.command));
+            c.before = ran_before.map(|r| crate::report::RunBefore {
+                passed: r.output.success(),
+                exit_code: r.output.exit_code,
+                counts: results::of_run(&r.command, &r.output),
+            });
             if let Some(e) = &broken {
                 c.output_tail = format!("not run: {e}");
                 continue;
@@ -120,11 +132,28 @@ impl Session {
             });
             match ctx.shell(&c.command).await {
                 Ok(out) => {
+                    let counts = results::of_run(&c.command, &out);
+                    let was = c.before.as_ref().and_then(|b| b.counts.as_ref());
+                    c.refused = if out.success() {
+                        results::no_tests_ran(was, counts.as_ref())
+                    } else {
+                        None
+                    };
                     self.events.emit(&Event::Note {
-                        message: format!("tests: `{}`: {}", c.command, out.status_line()),
+                        message: format!(
+                            "tests: `{}`: {}{}{}",
+                            c.command,
+                            out.status_line(),
+                            counts.map(|n| format!(" ({n})")).unwrap_or_default(),
+                            c.refused
+                                .as_ref()
+                                .map(|w| format!(": no PASS, {w}"))
+                                .unwrap_or_default()
+                        ),
                     });
-                    c.passed = Some(out.success());
+                    c.passed = Some(out.success() && c.refused.is_none());
                     c.exit_code = Some(out.exit_code);
+                    c.counts = counts;
                     c.output_tail = out.stdout.shrink(0, 3000).to_text();
                 }
                 Err(e) => {
@@ -243,7 +272,13 @@ impl Session {
 /// Work on `task` from a fresh conversation: primed if asked, and again from a reset project
 /// (hotter) while the tests fail and attempts are left. Returns the last attempt's stop, with
 /// steps and usage summed over all attempts, and how many attempts ran.
-pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (LoopResult, u32) {
+/// `before`: the tests as they ran before the first turn, for `--prime` to show.
+pub async fn work(
+    base: &Agent<'_>,
+    aids: &crate::config::Aids,
+    task: &str,
+    before: Option<&[crate::tools::TestRun]>,
+) -> (LoopResult, u32) {
     let mut steps = 0;
     let mut usage = crate::model::Usage::default();
     let mut attempt = 1;
@@ -253,7 +288,7 @@ pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (
             agent.config.temperature = Some(aids.retry_temperature);
         }
         let first = if aids.prime {
-            prime::first_message(task, &agent.ctx).await
+            prime::first_message(task, &agent.ctx, before).await
         } else {
             task.to_string()
         };

@@ -12,6 +12,9 @@
 //! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
 //!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
 //!    the image, the program and the fix, without a model request.
+//! 5. [`Step::TestsBefore`]: the tests run once (see `before`): their counts for the report
+//!    and the verdict; when they cannot start for want of a dependency the project declares,
+//!    the run stops with exit 2, naming it and how to install it.
 //!
 //! Each step reports itself as an [`Event::Preflight`], so a trajectory shows how far a run got.
 
@@ -30,6 +33,7 @@ pub enum Step {
     Setup,
     Sandbox,
     TestPrograms,
+    TestsBefore,
 }
 
 impl Step {
@@ -39,6 +43,7 @@ impl Step {
             Step::Setup => "setup",
             Step::Sandbox => "sandbox",
             Step::TestPrograms => "test_programs",
+            Step::TestsBefore => "tests_before",
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the source files under test.
 
 use crate::project::is_test_file;
-use crate::tools::{ToolContext, read_file::number_lines};
+use crate::tools::{TestRun, ToolContext, read_file::number_lines};
 use crate::workspace::Workspace;
 
 /// Source files worth showing whole; others are only listed.
@@ -13,18 +13,27 @@ const SOURCE_EXTENSIONS: &[&str] = &[
 const MAX_FILE: usize = 8 * 1024;
 const MAX_SOURCES: usize = 12 * 1024;
 
-pub async fn first_message(task: &str, ctx: &ToolContext<'_>) -> String {
+/// `before`: the tests as they ran before the first turn, when the session ran them (the
+/// project is the same at every attempt's start), so they are not run again.
+pub async fn first_message(task: &str, ctx: &ToolContext<'_>, before: Option<&[TestRun]>) -> String {
     let mut msg = format!("{task}\n\nTo start with, here is the project.\n");
     let ws = Workspace::new(ctx.sandbox);
     let files = ws.list(".", 200).await.map(|l| l.lines).unwrap_or_default();
     if !files.is_empty() {
         msg.push_str(&format!("\nIts files:\n{}\n", files.join("\n")));
     }
-    if !ctx.settings.test_commands.is_empty()
-        && let Ok(runs) = ctx.run_tests().await
-    {
+    let ran;
+    let runs = match before {
+        Some(runs) => Some(runs),
+        None if ctx.settings.test_commands.is_empty() => None,
+        None => {
+            ran = ctx.run_tests().await.ok();
+            ran.as_deref()
+        }
+    };
+    if let Some(runs) = runs {
         let share = 2500 / runs.len().max(1);
-        for r in &runs {
+        for r in runs {
             let state = if r.output.success() { "passes" } else { "fails" };
             msg.push_str(&format!(
                 "\nThe test command `{}` {state} now ({}); the end of its output:\n{}\n",

@@ -255,6 +255,7 @@ impl Session {
             warnings,
             egress,
             _agent_proxy: setup.proxy,
+            before: std::sync::OnceLock::new(),
         })
     }
 }

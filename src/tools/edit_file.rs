@@ -61,11 +61,12 @@ impl Tool for EditFile {
         }
         let ws = Workspace::new(ctx.sandbox);
         if args.old.is_empty() {
-            if s.protect_tests && crate::project::test_code_changed(rel, None, Some(args.new.as_bytes())) {
+            if s.protect_tests
+                && let Some(what) = crate::project::test_change(rel, None, Some(args.new.as_bytes()))
+            {
                 return Err(ToolError::RespondToModel(format!(
-                    "{} would hold test code (a #[cfg(test)] module or a #[test] function), and the tests \
-                     are the specification: leave them as they are",
-                    args.path
+                    "this creates {what}, and the tests and what decides how they run are the \
+                     specification: leave them as they are"
                 )));
             }
             approve(ctx, &args.path, "", &args.new).await?;
@@ -115,13 +116,12 @@ impl Tool for EditFile {
         updated.push_str(&args.new);
         updated.push_str(&text[at + args.old.len()..]);
         if s.protect_tests
-            && crate::project::test_code_changed(rel, Some(text.as_bytes()), Some(updated.as_bytes()))
+            && let Some(what) =
+                crate::project::test_change(rel, Some(text.as_bytes()), Some(updated.as_bytes()))
         {
             return Err(ToolError::RespondToModel(format!(
-                "this edit changes test code in {} (a #[cfg(test)] module or a #[test] function), and \
-                 the tests are the specification: leave them as they are and change the code under test \
-                 instead",
-                args.path
+                "this edit changes {what}, and the tests and what decides how they run are the \
+                 specification: leave them as they are and change the code under test instead"
             )));
         }
         approve(ctx, &args.path, &text, &updated).await?;

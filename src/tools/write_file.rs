@@ -86,17 +86,15 @@ impl Tool for WriteFile {
             Err(e) => return Err(e.into()),
         };
         if s.protect_tests
-            && crate::project::test_code_changed(
+            && let Some(what) = crate::project::test_change(
                 rel,
                 before.as_deref().map(str::as_bytes),
                 Some(args.content.as_bytes()),
             )
         {
             return Err(ToolError::RespondToModel(format!(
-                "this changes test code in {} (a #[cfg(test)] module or a #[test] function), and the \
-                 tests are the specification: leave them as they are and change the code under test \
-                 instead",
-                args.path
+                "this changes {what}, and the tests and what decides how they run are the \
+                 specification: leave them as they are and change the code under test instead"
             )));
         }
         let old = before.as_deref().unwrap_or("");
