@@ -10,6 +10,7 @@ mod list_files;
 pub mod read_file;
 mod run_tests;
 mod search;
+pub mod tally;
 mod write_file;
 
 use std::time::Duration;
