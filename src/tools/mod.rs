@@ -134,6 +134,9 @@ pub struct ToolSettings {
     pub protect_tests: bool,
     /// Extra test-file patterns (an eval task's `test_files`).
     pub test_patterns: Vec<String>,
+    /// The task asks to remove, rename or move code: `write_file` may then drop most of a
+    /// file's top-level definitions (otherwise it refuses, see `write_file`).
+    pub removal_asked: bool,
 }
 
 impl Default for ToolSettings {
@@ -150,6 +153,7 @@ impl Default for ToolSettings {
             max_edit_bytes: 1 << 20,
             protect_tests: false,
             test_patterns: Vec::new(),
+            removal_asked: false,
         }
     }
 }
