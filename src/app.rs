@@ -27,7 +27,10 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            errln!("agentbox: cannot start the async runtime: {}", crate::output::escaped(&e));
+            errln!(
+                "agentbox: cannot start the async runtime: {}",
+                crate::output::escaped(&e)
+            );
             return ExitCode::from(EXIT_AGENTBOX_ERROR);
         }
     };
@@ -84,7 +87,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     let (mut sigint, mut sigterm) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
         (Ok(i), Ok(t)) => (i, t),
         (Err(e), _) | (_, Err(e)) => {
-            errln!("agentbox: error: cannot listen for Ctrl-C and SIGTERM: {}", crate::output::escaped(&e));
+            errln!(
+                "agentbox: error: cannot listen for Ctrl-C and SIGTERM: {}",
+                crate::output::escaped(&e)
+            );
             return 1;
         }
     };
@@ -126,7 +132,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
 }
 
 async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, name: &str, code: u8) -> u8 {
-    errln!("\nagentbox: {} received; stopping and removing the sandbox", crate::output::escaped(name));
+    errln!(
+        "\nagentbox: {} received; stopping and removing the sandbox",
+        crate::output::escaped(name)
+    );
     // Dropping the command's future drops its sandbox: the keep-alive connection closes and the
     // explicit removal after this makes it certain. Edits are atomic renames, so a file is
     // either edited or not.
@@ -147,7 +156,10 @@ fn error_code_for(command: &Command) -> u8 {
 }
 
 fn report_error(err: &anyhow::Error, code: u8) -> u8 {
-    errln!("agentbox: error: {}", crate::output::escaped(format_args!("{err:#}")));
+    errln!(
+        "agentbox: error: {}",
+        crate::output::escaped(format_args!("{err:#}"))
+    );
     if err.downcast_ref::<UsageError>().is_some() {
         EXIT_USAGE
     } else {

@@ -192,8 +192,8 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-pub use crate::output::for_terminal;
 use crate::output::Escaped;
+pub use crate::output::for_terminal;
 
 impl EventSink for Printer {
     fn emit(&self, event: &Event<'_>) {
@@ -374,7 +374,10 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl StatusLine {
     /// Drawn on stderr when it is a terminal; plain lines only otherwise.
     pub fn stderr() -> Self {
-        StatusLine::new(crate::output::stderr_is_terminal(), Box::new(crate::output::EscapedStderr))
+        StatusLine::new(
+            crate::output::stderr_is_terminal(),
+            Box::new(crate::output::EscapedStderr),
+        )
     }
 
     fn new(live: bool, plain: Box<dyn Write + Send>) -> Self {

@@ -183,7 +183,9 @@ impl Safe for &'static str {}
 macro_rules! safe_numbers {
     ($($t:ty),*) => { $(impl Safe for $t {})* };
 }
-safe_numbers!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64, bool);
+safe_numbers!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64, bool
+);
 
 /// The identity, only for the types that are [`Safe`]: the macros pass every argument through it.
 #[doc(hidden)]
@@ -220,7 +222,9 @@ pub const fn __check_format(fmt: &str) {
                         let mut j = i;
                         while j > spec && (b[j - 1].is_ascii_alphanumeric() || b[j - 1] == b'_') {
                             if !b[j - 1].is_ascii_digit() {
-                                panic!("a named width or precision (`name$`) is not checked: use a positional one (`1$`)");
+                                panic!(
+                                    "a named width or precision (`name$`) is not checked: use a positional one (`1$`)"
+                                );
                             }
                             j -= 1;
                         }
@@ -282,7 +286,10 @@ macro_rules! err {
 }
 
 #[doc(hidden)]
-#[allow(clippy::disallowed_methods, reason = "the one writer of escaped text to stdout")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one writer of escaped text to stdout"
+)]
 pub fn __write_out(text: Escaped, newline: bool) {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
@@ -294,7 +301,10 @@ pub fn __write_out(text: Escaped, newline: bool) {
 }
 
 #[doc(hidden)]
-#[allow(clippy::disallowed_methods, reason = "the one writer of escaped text to stderr")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one writer of escaped text to stderr"
+)]
 pub fn __write_err(text: Escaped, newline: bool) {
     use std::io::Write as _;
     let mut stderr = std::io::stderr().lock();
@@ -328,7 +338,10 @@ impl CommandStream {
         }
     }
 
-    #[allow(clippy::disallowed_methods, reason = "bytes for a pipe or a file, escaped for a terminal")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "bytes for a pipe or a file, escaped for a terminal"
+    )]
     fn write_bytes(&self, bytes: &[u8]) -> std::io::Result<()> {
         use std::io::Write as _;
         if self.to_stdout {
@@ -412,7 +425,10 @@ pub fn stderr_is_terminal() -> bool {
 pub struct EscapedStderr;
 
 impl std::io::Write for EscapedStderr {
-    #[allow(clippy::disallowed_methods, reason = "StatusLine writes only Escaped text through it")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "StatusLine writes only Escaped text through it"
+    )]
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         std::io::stderr().lock().write(buf)
     }
@@ -441,7 +457,10 @@ mod tests {
         let hostile = "x\x1b]0;T\x07";
         let e = escaped!("{} of {} = {:>4}: {}", 2, 3usize, "ok", escaped(hostile));
         assert_eq!(e.as_str(), "2 of 3 =   ok: x\\x1b]0;T\\x07");
-        assert_eq!(escaped!("{{literal}} {0} {0}", true).as_str(), "{literal} true true");
+        assert_eq!(
+            escaped!("{{literal}} {0} {0}", true).as_str(),
+            "{literal} true true"
+        );
     }
 
     #[test]

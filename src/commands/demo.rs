@@ -78,7 +78,10 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         );
     }
     if args.dir.is_some() {
-        errln!("agentbox demo: the fixed copy is in {}", crate::output::escaped(dir.display()));
+        errln!(
+            "agentbox demo: the fixed copy is in {}",
+            crate::output::escaped(dir.display())
+        );
     }
     Ok(report.exit_code)
 }

@@ -32,7 +32,12 @@ impl Report {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        outln!("[{}] {}: {}", mark, crate::output::escaped(what), crate::output::escaped(detail.as_ref()));
+        outln!(
+            "[{}] {}: {}",
+            mark,
+            crate::output::escaped(what),
+            crate::output::escaped(detail.as_ref())
+        );
         if let Some(fix) = fix {
             outln!("       fix: {}", crate::output::escaped(fix));
         }

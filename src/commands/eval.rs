@@ -142,7 +142,11 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             eval::markdown::inline(&title)
         ),
     )?;
-    outln!("\n{}\nsummary: {}", for_terminal(&table), crate::output::escaped(root.join("summary.md").display()));
+    outln!(
+        "\n{}\nsummary: {}",
+        for_terminal(&table),
+        crate::output::escaped(root.join("summary.md").display())
+    );
     Ok(code)
 }
 
@@ -277,7 +281,10 @@ async fn run_strategy(
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Err(e) = log.append(result) {
-                    status.print(&for_terminal(&format!("agentbox eval: cannot record {}: {e}\n", result.task)));
+                    status.print(&for_terminal(&format!(
+                        "agentbox eval: cannot record {}: {e}\n",
+                        result.task
+                    )));
                 }
                 status.print(&task_line(result));
             }
@@ -331,7 +338,10 @@ async fn run_strategy(
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Err(e) = log.append(&result) {
-                    status.print(&for_terminal(&format!("agentbox eval: cannot record {}: {e}\n", result.task)));
+                    status.print(&for_terminal(&format!(
+                        "agentbox eval: cannot record {}: {e}\n",
+                        result.task
+                    )));
                 }
                 status.print(&task_line(&result));
                 result

@@ -77,7 +77,10 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                     errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
                 }
             }
-            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {}", crate::output::escaped(&e)),
+            Err(e) => errln!(
+                "agentbox: cannot tell what changed in the copy: {}",
+                crate::output::escaped(&e)
+            ),
         }
     }
     sandbox.shutdown().await?;

@@ -35,9 +35,17 @@ async fn caches(docker: &bollard::Docker) -> anyhow::Result<u8> {
     }
     for (name, project) in all {
         if crate::sandbox::caches::remove(docker, &name).await {
-            outln!("removed cache {} (project {})", crate::output::escaped(&name), crate::output::escaped(&project));
+            outln!(
+                "removed cache {} (project {})",
+                crate::output::escaped(&name),
+                crate::output::escaped(&project)
+            );
         } else {
-            outln!("kept cache {} (project {}): in use", crate::output::escaped(&name), crate::output::escaped(&project));
+            outln!(
+                "kept cache {} (project {}): in use",
+                crate::output::escaped(&name),
+                crate::output::escaped(&project)
+            );
         }
     }
     Ok(0)

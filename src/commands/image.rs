@@ -71,7 +71,11 @@ async fn build(args: ImageBuildArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                 ),
                 Err(e) => {
                     failed += 1;
-                    errln!("agentbox: error: {}: {}", crate::output::escaped(tag), crate::output::escaped(&e));
+                    errln!(
+                        "agentbox: error: {}: {}",
+                        crate::output::escaped(tag),
+                        crate::output::escaped(&e)
+                    );
                 }
             }
         }
@@ -133,7 +137,10 @@ async fn list() -> anyhow::Result<u8> {
             None => "missing".to_string(),
         };
         outln!("{:<9} {:<20} {}", k.name, k.tag, crate::output::escaped(&state));
-        outln!("          packages: {}", crate::output::escaped(k.package_list().join(" ")));
+        outln!(
+            "          packages: {}",
+            crate::output::escaped(k.package_list().join(" "))
+        );
     }
     Ok(0)
 }

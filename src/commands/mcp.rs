@@ -100,7 +100,10 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                     crate::output::escaped(p.path.display())
                 );
             }
-            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {}", crate::output::escaped(&e)),
+            Err(e) => errln!(
+                "agentbox: cannot tell what changed in the copy: {}",
+                crate::output::escaped(&e)
+            ),
         }
     }
     server.sandbox().shutdown().await?;

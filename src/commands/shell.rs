@@ -149,7 +149,10 @@ pub async fn interactive(
                 crate::output::escaped(p.path.display())
             );
         }
-        Some(Err(e)) => errln!("agentbox: sandbox removed; cannot tell what changed in the copy: {}", crate::output::escaped(&e)),
+        Some(Err(e)) => errln!(
+            "agentbox: sandbox removed; cannot tell what changed in the copy: {}",
+            crate::output::escaped(&e)
+        ),
     }
     if check.is_some_and(|c| c.unresolved) {
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
@@ -158,7 +161,11 @@ pub async fn interactive(
 }
 
 /// The one line said on leaving: what changed in the project, by the host's own scan.
-fn summary(project: &Path, read_only: bool, check: Option<&crate::sandbox::hostscan::HostCheck>) -> crate::output::Escaped {
+fn summary(
+    project: &Path,
+    read_only: bool,
+    check: Option<&crate::sandbox::hostscan::HostCheck>,
+) -> crate::output::Escaped {
     let Some(check) = check else {
         return crate::escaped!("sandbox removed");
     };
