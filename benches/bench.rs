@@ -1175,7 +1175,7 @@ async fn egress(n: usize, repeats: usize) {
     // From inside a sandbox: the executor's loopback forwarder, then the proxy.
     let project = project_with(&[]);
     let mut cfg = config(false);
-    cfg.extras.egress_socket = Some(sock.clone());
+    cfg.extras.forwards = vec![agentbox::sandbox::Forward::egress(sock.clone())];
     let docker = connect_docker().await.unwrap();
     let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap())
         .await

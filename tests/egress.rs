@@ -220,7 +220,7 @@ async fn the_sandbox_reaches_the_proxy_only_when_given_it() {
     );
     let project = Project::new(&[("ca.pem", tls.ca_pem.as_deref().unwrap())]);
     let mut cfg = config();
-    cfg.extras.egress_socket = Some(p.socket_path().to_path_buf());
+    cfg.extras.forwards = vec![agentbox::sandbox::Forward::egress(p.socket_path().to_path_buf())];
     let sb = sandbox_with(&project, &cfg).await;
     let script = format!(
         r#"
@@ -270,4 +270,84 @@ print(opener.open("https://127.0.0.1:{}/hello", timeout=30).read().decode())
     );
     sb.shutdown().await.unwrap();
     assert_eq!(p.decisions().len(), 2, "nothing more reached the proxy");
+}
+
+/// A host service on a Unix socket of its own, in a directory the sandbox user may enter (as
+/// the proxy's is): answers every connection with `name` and what it read.
+fn unix_service(name: &'static str) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("service.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let reply = format!("{name}:{}", String::from_utf8_lossy(&buf[..n]));
+                let _ = s.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (dir, path)
+}
+
+/// The forwarder is one mechanism for any number of host services: each sandbox port reaches
+/// its own socket, each mounted read-only, and the sandbox cannot put anything in its place.
+#[tokio::test]
+async fn each_forward_reaches_its_own_socket() {
+    use agentbox::sandbox::{Direction, Forward};
+    let (_a, first) = unix_service("first");
+    let (_b, second) = unix_service("second");
+    let project = Project::new(&[]);
+    let mut cfg = config();
+    cfg.extras.forwards = vec![
+        Forward {
+            name: "test-first",
+            socket: first,
+            direction: Direction::Outbound { port: 4101 },
+            purpose: "a test service",
+        },
+        Forward {
+            name: "test-second",
+            socket: second,
+            direction: Direction::Outbound { port: 4102 },
+            purpose: "a test service",
+        },
+    ];
+    let sb = sandbox_with(&project, &cfg).await;
+    let script = r#"
+import socket
+for port in (4101, 4102):
+    s = socket.create_connection(("127.0.0.1", port), 5)
+    s.sendall(b"ping%d" % port)
+    s.shutdown(socket.SHUT_WR)
+    print(s.recv(64).decode())
+"#;
+    let out = sb
+        .exec(ExecRequest::argv(
+            ["python3", "-c", script],
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.stdout.to_text(),
+        "first:ping4101\nsecond:ping4102\n",
+        "{}",
+        out.stderr.to_text()
+    );
+    let replaced = sb
+        .exec(ExecRequest::shell(
+            "rm -f /run/agentbox-test-first.sock; ln -sf /tmp /run/agentbox-test-first.sock; \
+             mv /run/agentbox-test-second.sock /tmp/x; ls -l /run/agentbox-test-first.sock",
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let seen = replaced.stdout.to_text();
+    assert!(seen.starts_with('s'), "the mounted socket was replaced: {seen}");
+    sb.shutdown().await.unwrap();
 }

@@ -16,9 +16,10 @@ pub use resolve::{Resolve, StaticResolver, SystemResolver};
 /// proxy's socket.
 pub const SANDBOX_PORT: u16 = 3128;
 
-/// How a sandbox reaches the proxy. Today a Unix socket bind-mounted read-only into the
-/// container; engines that cannot bind-mount (rootless, remote) need another transport, which
-/// replaces this one function's answer.
+/// How a sandbox reaches the proxy: the sandbox's forwarder (`sandbox::Forward::egress`), from
+/// its own loopback to the proxy's Unix socket, bind-mounted read-only. Engines that cannot
+/// bind-mount this machine's files (remote ones) need another transport, which replaces this
+/// answer.
 pub mod transport {
     use std::path::Path;
 

@@ -85,10 +85,8 @@ fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
             "a bind-mounted project (use --isolate: copy in, patch out)",
         ));
     }
-    if spec.extras.egress_socket.is_some() {
-        return Err(refuse(
-            "the egress proxy (the setup phase's network, --agent-network allowlist)",
-        ));
+    if let Some(forward) = spec.extras.forwards.first() {
+        return Err(refuse(forward.purpose));
     }
     Ok(())
 }

@@ -767,32 +767,47 @@ def run(req):
     return resp
 
 
-def start_egress_forwarder():
-    """The setup phase's way out: with AGENTBOX_EGRESS_SOCKET and _PORT set (and the host's
-    proxy socket mounted read-only there), listen on this sandbox's own loopback and forward
-    each connection to the socket. The container keeps network "none"; the host-side proxy
-    decides what each connection may reach. Threads, so the command loop is untouched; they
-    die with us. Built-in modules only, like the rest of this file (and only when asked)."""
-    path = os.environ.get("AGENTBOX_EGRESS_SOCKET")
-    port = os.environ.get("AGENTBOX_EGRESS_PORT")
-    if not path or not port:
-        return
-    import _socket
-    import _thread
+class Forwarder:
+    """The sandbox's side of every forward to or from the host (AGENTBOX_FORWARD, see `Forward`
+    in policy.rs): the container keeps network "none", and each host service is a Unix socket
+    the host listens on, mounted read-only here. Threads, so the command loop is untouched;
+    they die with us. Built-in modules only, like the rest of this file (and only when asked).
 
-    try:
-        srv = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-        srv.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", int(port)))
-        srv.listen(64)
-    except (OSError, ValueError) as e:
-        os.write(2, f"agentbox-exec: cannot listen for the egress proxy: {e}\n".encode())
-        return
+        out:PORT:PATH  listen on this sandbox's own 127.0.0.1:PORT; each connection is joined
+                       to a new connection to the socket PATH (the egress proxy, a gateway)
+    """
+
     # Each connection costs two threads, which count against the pids limit: bound them.
-    lock = _thread.allocate_lock()
-    open_conns = [0]
+    MAX_CONNECTIONS = 64
 
-    def pipe(src, dst):
+    def __init__(self, socket_module, thread_module):
+        self.socket = socket_module
+        self.thread = thread_module
+        self.lock = thread_module.allocate_lock()
+        self.open = 0
+
+    def warn(self, message):
+        os.write(2, f"agentbox-exec: {message}\n".encode())
+
+    def take_slot(self):
+        with self.lock:
+            if self.open >= self.MAX_CONNECTIONS:
+                return False
+            self.open += 1
+            return True
+
+    def give_slot(self):
+        with self.lock:
+            self.open -= 1
+
+    def spawn(self, fn, *args):
+        try:
+            self.thread.start_new_thread(fn, args)
+            return True
+        except RuntimeError:
+            return False
+
+    def pipe(self, src, dst):
         try:
             while True:
                 data = src.recv(65536)
@@ -802,64 +817,100 @@ def start_egress_forwarder():
         except OSError:
             pass
         try:
-            dst.shutdown(_socket.SHUT_WR)
+            dst.shutdown(self.socket.SHUT_WR)
         except OSError:
             pass
 
-    def serve(client):
+    def join(self, a, b):
+        """Copy both ways until both directions end, then close both."""
+        done = self.thread.allocate_lock()
+        done.acquire()
+
+        def back():
+            try:
+                self.pipe(b, a)
+            finally:
+                done.release()
+
+        if self.spawn(back):
+            self.pipe(a, b)
+            done.acquire()
+        a.close()
+        b.close()
+
+    def unix(self, path):
+        s = self.socket.socket(self.socket.AF_UNIX, self.socket.SOCK_STREAM)
         try:
-            upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-            try:
-                upstream.connect(path)
-            except OSError:
-                upstream.close()
-                return
-            done = _thread.allocate_lock()
-            done.acquire()
+            s.connect(path)
+        except OSError:
+            s.close()
+            raise
+        return s
 
-            def back():
+    def outbound(self, port, path):
+        S = self.socket
+        try:
+            srv = S.socket(S.AF_INET, S.SOCK_STREAM)
+            srv.setsockopt(S.SOL_SOCKET, S.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(64)
+        except (OSError, ValueError) as e:
+            self.warn(f"cannot listen on 127.0.0.1:{port} for {path}: {e}")
+            return
+
+        def serve(client):
+            try:
                 try:
-                    pipe(upstream, client)
-                finally:
-                    done.release()
+                    upstream = self.unix(path)
+                except OSError:
+                    client.close()
+                    return
+                self.join(client, upstream)
+            finally:
+                self.give_slot()
 
-            _thread.start_new_thread(back, ())
-            pipe(client, upstream)
-            done.acquire()
-            upstream.close()
-        finally:
-            client.close()
-            with lock:
-                open_conns[0] -= 1
+        def accept():
+            while True:
+                try:
+                    fd, _ = srv._accept()
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+                client = S.socket(fileno=fd)
+                if not self.take_slot():
+                    client.close()
+                elif not self.spawn(serve, client):
+                    client.close()
+                    self.give_slot()
 
-    def accept():
-        while True:
+        self.spawn(accept)
+
+    def start(self, spec):
+        for item in spec.split(","):
+            kind, _, rest = item.partition(":")
             try:
-                fd, _ = srv._accept()
-            except OSError:
-                time.sleep(0.05)
-                continue
-            client = _socket.socket(fileno=fd)
-            with lock:
-                full = open_conns[0] >= 64
-                if not full:
-                    open_conns[0] += 1
-            if full:
-                client.close()
-                continue
-            try:
-                _thread.start_new_thread(serve, (client,))
-            except RuntimeError:
-                client.close()
-                with lock:
-                    open_conns[0] -= 1
+                if kind == "out":
+                    port, _, path = rest.partition(":")
+                    self.outbound(int(port), path)
+                elif item:
+                    self.warn(f"unknown forward {item!r}")
+            except ValueError:
+                self.warn(f"bad forward {item!r}")
 
-    _thread.start_new_thread(accept, ())
+
+def start_forwarders():
+    spec = os.environ.get("AGENTBOX_FORWARD")
+    if not spec:
+        return
+    import _socket
+    import _thread
+
+    Forwarder(_socket, _thread).start(spec)
 
 
 def main():
     hardened = harden()
-    start_egress_forwarder()
+    start_forwarders()
     # Start from a clean slate: a previous executor may have died mid-command.
     sweep()
     send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid(), "hardened": hardened})

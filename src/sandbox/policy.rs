@@ -41,14 +41,63 @@ pub const EGRESS_SOCKET: &str = "/run/agentbox-egress.sock";
 /// The sandbox's own loopback port on which the executor forwards to [`EGRESS_SOCKET`].
 pub const EGRESS_PORT: u16 = 3128;
 
-/// What a sandbox has beyond the fixed policy: the egress socket (the setup phase, or
-/// `--agent-network allowlist`), dependency cache volumes, and environment for them. The
-/// policy itself (network none, capabilities, limits) is the same with or without them.
+/// One way between the sandbox's loopback and a service on the host, through a Unix socket the
+/// host listens on, bind-mounted read-only at [`Forward::target`]. The executor (the sandbox's
+/// command runner) does the sandbox's side of every forward; the container keeps
+/// `network_mode: none`. The host only ever listens on its socket, in a directory of its own:
+/// it never connects to a path or an address the sandbox could name or replace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forward {
+    /// Names the mount (`/run/agentbox-NAME.sock`): a word of the code's, never of the
+    /// sandbox's or the user's.
+    pub name: &'static str,
+    /// The host's socket.
+    pub socket: PathBuf,
+    pub direction: Direction,
+    /// What it is for, in the words of a message that refuses it (a remote engine).
+    pub purpose: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The sandbox's connections to its own `127.0.0.1:PORT` go to the host's socket, one
+    /// connection there for each (the egress proxy, a model gateway).
+    Outbound { port: u16 },
+}
+
+impl Forward {
+    /// The egress proxy's socket, forwarded from the sandbox's `127.0.0.1:`[`EGRESS_PORT`].
+    pub fn egress(socket: PathBuf) -> Forward {
+        Forward {
+            name: "egress",
+            socket,
+            direction: Direction::Outbound { port: EGRESS_PORT },
+            purpose: "the egress proxy (the setup phase's network, --agent-network allowlist)",
+        }
+    }
+
+    /// Where the socket is mounted inside the sandbox.
+    pub fn target(&self) -> String {
+        format!("/run/agentbox-{}.sock", self.name)
+    }
+
+    /// This forward as the executor reads it from `AGENTBOX_FORWARD` (`out:PORT:PATH`,
+    /// comma-separated).
+    fn spec(&self) -> String {
+        match self.direction {
+            Direction::Outbound { port } => format!("out:{port}:{}", self.target()),
+        }
+    }
+}
+
+/// What a sandbox has beyond the fixed policy: forwards to host services (the egress proxy of
+/// the setup phase or `--agent-network allowlist`, published ports), dependency cache volumes,
+/// and environment for them. The policy itself (network none, capabilities, limits) is the
+/// same with or without them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Extras {
-    /// A host Unix socket mounted read-only at [`EGRESS_SOCKET`]; the executor listens on
-    /// 127.0.0.1:[`EGRESS_PORT`] inside the sandbox and forwards each connection to it.
-    pub egress_socket: Option<PathBuf>,
+    /// Host sockets mounted read-only, each with the executor forwarding to or from it.
+    pub forwards: Vec<Forward>,
     /// Named volumes (dependency caches), mounted at their targets.
     pub volumes: Vec<VolumeMount>,
     /// Variables set after the fixed list, replacing any of the same name.
@@ -313,11 +362,11 @@ impl SandboxSpec {
     pub fn env(&self) -> Vec<String> {
         let mut env = self.fixed_env();
         let mut extra: Vec<(String, String)> = self.extras.env.clone();
-        if self.extras.egress_socket.is_some() {
-            // The executor reads these to start forwarding; commands see them too, which
-            // tells them nothing they could not find out.
-            extra.push(("AGENTBOX_EGRESS_SOCKET".into(), EGRESS_SOCKET.into()));
-            extra.push(("AGENTBOX_EGRESS_PORT".into(), EGRESS_PORT.to_string()));
+        let forwards: Vec<String> = self.extras.forwards.iter().map(Forward::spec).collect();
+        if !forwards.is_empty() {
+            // The executor reads this to start forwarding; commands see it too, which tells
+            // them nothing they could not find out.
+            extra.push(("AGENTBOX_FORWARD".into(), forwards.join(",")));
         }
         for (k, v) in extra {
             let prefix = format!("{k}=");
@@ -535,10 +584,10 @@ impl SandboxSpec {
                 ..Default::default()
             });
         }
-        if let Some(socket) = &self.extras.egress_socket {
+        for forward in &self.extras.forwards {
             mounts.push(Mount {
-                target: Some(EGRESS_SOCKET.to_string()),
-                source: Some(socket.to_string_lossy().into_owned()),
+                target: Some(forward.target()),
+                source: Some(forward.socket.to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(true),
                 ..Default::default()
@@ -881,11 +930,11 @@ mod tests {
                 .env
                 .unwrap()
                 .iter()
-                .all(|e| !e.starts_with("AGENTBOX_EGRESS"))
+                .all(|e| !e.starts_with("AGENTBOX_FORWARD"))
         );
         let mut s = spec();
         s.extras = Extras {
-            egress_socket: Some("/tmp/x/proxy.sock".into()),
+            forwards: vec![Forward::egress("/tmp/x/proxy.sock".into())],
             volumes: vec![VolumeMount {
                 name: "cache".into(),
                 target: "/opt/deps".into(),
@@ -911,7 +960,7 @@ mod tests {
         let env = body.env.unwrap();
         assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
         assert!(env.contains(&"PATH=/opt/deps/bin:/usr/bin".to_string()));
-        assert!(env.contains(&format!("AGENTBOX_EGRESS_PORT={EGRESS_PORT}")));
+        assert!(env.contains(&format!("AGENTBOX_FORWARD=out:{EGRESS_PORT}:{EGRESS_SOCKET}")));
     }
 
     #[test]

@@ -210,8 +210,12 @@ pub async fn run(
     }
     if setup.agent_network {
         let proxy = start_proxy(settings, events, log, "agent")?;
-        outcome.agent_extras.egress_socket =
-            Some(crate::egress::transport::mount_source(&proxy).to_path_buf());
+        outcome
+            .agent_extras
+            .forwards
+            .push(crate::sandbox::Forward::egress(
+                crate::egress::transport::mount_source(&proxy).to_path_buf(),
+            ));
         outcome.agent_extras.env.extend(proxy_env());
         note(
             events,
@@ -256,7 +260,9 @@ async fn fill(
     let proxy = start_proxy(settings, events, log, "setup")?;
     let mut setup_cfg = cfg.clone();
     setup_cfg.extras = Extras {
-        egress_socket: Some(crate::egress::transport::mount_source(&proxy).to_path_buf()),
+        forwards: vec![crate::sandbox::Forward::egress(
+            crate::egress::transport::mount_source(&proxy).to_path_buf(),
+        )],
         volumes: vec![VolumeMount {
             name: name.to_string(),
             target: DEPS_DIR.to_string(),
