@@ -35,7 +35,15 @@ fn check(main: &str) -> (bool, String) {
     let src = dir.path().join("main.rs");
     std::fs::write(&src, main).unwrap();
     let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--edition", "2024", "--crate-type", "bin", "--emit=metadata", "--crate-name", "case"])
+        .args([
+            "--edition",
+            "2024",
+            "--crate-type",
+            "bin",
+            "--emit=metadata",
+            "--crate-name",
+            "case",
+        ])
         .arg("--out-dir")
         .arg(dir.path())
         .arg("--extern")
@@ -45,13 +53,19 @@ fn check(main: &str) -> (bool, String) {
         .arg(&src)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn refused(what: &str, main: &str, because: &str) {
     let (ok, messages) = check(main);
     assert!(!ok, "{what} compiled:\n{main}");
-    assert!(messages.contains(because), "{what}: not refused for {because:?}:\n{messages}");
+    assert!(
+        messages.contains(because),
+        "{what}: not refused for {because:?}:\n{messages}"
+    );
 }
 
 #[test]
