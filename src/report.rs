@@ -147,6 +147,37 @@ pub struct EgressRecord {
     pub decision: crate::egress::Decision,
 }
 
+/// One background process the session ran (`bash` with `"background": true`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessRecord {
+    pub id: String,
+    pub command: String,
+    /// The command on one line, clipped, for the text report.
+    #[serde(skip)]
+    pub label: String,
+    /// How it ended: its status, or why agentbox stopped it.
+    pub status: String,
+    pub exit_code: Option<i64>,
+    pub stopped: Option<String>,
+    pub seconds: f64,
+    pub output_bytes: u64,
+}
+
+impl From<&crate::sandbox::ProcessState> for ProcessRecord {
+    fn from(p: &crate::sandbox::ProcessState) -> Self {
+        ProcessRecord {
+            id: p.id.clone(),
+            command: p.command.clone(),
+            label: p.label(120),
+            status: p.status_line(),
+            exit_code: p.exit_code,
+            stopped: p.stopped.clone(),
+            seconds: p.elapsed.as_secs_f64(),
+            output_bytes: p.output.total,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub session: String,
@@ -176,6 +207,9 @@ pub struct Report {
     /// `--agent-network allowlist`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<EgressRecord>,
+    /// The background processes the agent started, each as it ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessRecord>,
     /// What changed that the diff does not show. Bind-mounted runs: the host's own scan of
     /// the project (files git ignores or the diff leaves out: a `.pth` file in an ignored
     /// virtualenv, a cache). `--isolate`: caches and `.git` changed in the sandbox, never
@@ -354,6 +388,18 @@ impl Report {
             ));
         }
         s.push_str(&self.render_tests());
+        if !self.processes.is_empty() {
+            s.push_str("background processes:\n");
+            for p in &self.processes {
+                s.push_str(&format!(
+                    "  {} `{}`: {} ({} of output)\n",
+                    p.id,
+                    p.label,
+                    p.status,
+                    crate::sandbox::human_bytes(p.output_bytes)
+                ));
+            }
+        }
         let tokens = format!(
             "in {} ({} cached), out {}",
             self.usage.total_input(),
@@ -552,6 +598,7 @@ mod tests {
             exit_code: 0,
             warnings: Vec::new(),
             egress: Vec::new(),
+            processes: Vec::new(),
             changed_outside_diff: None,
             patch_file: None,
             applied: None,
@@ -570,6 +617,35 @@ mod tests {
             },
             unresolved: false,
         }
+    }
+
+    #[test]
+    fn background_processes_are_listed_one_line_each() {
+        let mut r = report();
+        let p = crate::sandbox::ProcessState {
+            id: "p1".into(),
+            command: "npm run dev\necho tests:   PASS".into(),
+            stopped: Some("before the final test run".into()),
+            elapsed: std::time::Duration::from_secs(12),
+            output: crate::sandbox::Captured {
+                total: 4096,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        r.processes = vec![(&p).into()];
+        let text = r.render(10);
+        assert!(
+            text.contains(
+                "background processes:\n  p1 `npm run dev echo tests:   PASS`: stopped by agentbox after 12s: \
+                 before the final test run (4.0 KiB of output)\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["processes"][0]["command"], "npm run dev\necho tests:   PASS");
+        assert_eq!(json["processes"][0]["stopped"], "before the final test run");
+        assert!(json["processes"][0].get("label").is_none());
     }
 
     #[test]

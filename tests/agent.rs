@@ -163,7 +163,9 @@ async fn anthropic_loop_fixes_the_project_and_answers_every_call() {
             "edit_file",
             "search",
             "run_tests",
-            "bash"
+            "bash",
+            "process_output",
+            "stop_process"
         ]
     );
 

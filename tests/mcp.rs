@@ -97,6 +97,8 @@ async fn an_mcp_client_lists_and_calls_every_tool() {
         "search",
         "run_tests",
         "bash",
+        "process_output",
+        "stop_process",
         "diff",
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
@@ -108,8 +110,13 @@ async fn an_mcp_client_lists_and_calls_every_tool() {
         ("diff", true),
     ]
     .into_iter()
-    .chain([("edit_file", false), ("bash", false), ("run_tests", false)])
-    {
+    .chain([
+        ("edit_file", false),
+        ("bash", false),
+        ("run_tests", false),
+        ("process_output", true),
+        ("stop_process", false),
+    ]) {
         assert_eq!(tools[name]["read_only"], read_only, "annotation of {name}");
     }
 
@@ -139,6 +146,22 @@ async fn an_mcp_client_lists_and_calls_every_tool() {
     assert_eq!(
         result(&report, "after_bomb"),
         ("$ echo still-here\nstill-here\nexit 0", false)
+    );
+
+    // A background server outlives its call, and the fork bomb's sweep: it answers a later
+    // call, its log is readable, and it is stopped when the client goes.
+    let (started, failed) = result(&report, "background");
+    assert!(
+        !failed && started.contains("background process p1 started"),
+        "{started}"
+    );
+    let (fetched, failed) = result(&report, "background_fetch");
+    assert!(!failed && fetched.contains("200"), "{fetched}");
+    let (log, failed) = result(&report, "background_output");
+    assert!(!failed && log.contains("GET /hello.py"), "{log}");
+    assert!(
+        stderr.contains("background process p1 `python3 -m http.server 8767 --bind 127.0.0.1` stopped at the end of the session"),
+        "{stderr}"
     );
 
     // Two calls in flight: both answered, one after the other (the second never ran while the

@@ -128,8 +128,8 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         };
         let Some(result) = ran else {
             // The call under way was dropped; what it started in the sandbox is killed so the
-            // next request finds it idle.
-            if let Err(e) = session.sandbox.interrupt().await {
+            // next request finds it idle (background processes go on).
+            if let Err(e) = session.sandbox.cancel_call().await {
                 errln!("agentbox: error: {}", escaped(&e));
                 code = exit::ERROR;
                 break;

@@ -84,6 +84,22 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         anyhow::Ok(())
     }
     .await;
+    // The client is gone: what it left running in the background ends with the session (before
+    // the read-back, which needs the sandbox quiet).
+    if let Ok(Ok(stopped)) = server
+        .sandbox()
+        .stop_processes(None, "at the end of the session")
+        .await
+    {
+        let why = Some("at the end of the session");
+        for p in stopped.iter().filter(|p| p.stopped.as_deref() == why) {
+            errln!(
+                "agentbox: background process {} `{}` stopped at the end of the session",
+                p.id,
+                crate::events::for_terminal(&p.label(100))
+            );
+        }
+    }
     if let Some(copy) = &copy {
         let sandbox = server.sandbox();
         // Nothing may write while the changes are read back.

@@ -68,6 +68,20 @@ impl Captured {
         text
     }
 
+    /// What was written from byte `offset` on, as far as it was kept: the part of the head past
+    /// it, and the tail, with what fell between (or was cut) counted.
+    pub fn since(&self, offset: u64) -> Captured {
+        let offset = offset.min(self.total);
+        let head_len = self.head.len() as u64;
+        let tail_start = self.total - self.tail.len() as u64;
+        Captured {
+            head: self.head[offset.min(head_len) as usize..].to_vec(),
+            tail: self.tail[offset.saturating_sub(tail_start).min(self.tail.len() as u64) as usize..]
+                .to_vec(),
+            total: self.total - offset,
+        }
+    }
+
     /// Re-cut to smaller bounds (e.g. a tool that shows the model less than was captured).
     pub fn shrink(&self, head: usize, tail: usize) -> Captured {
         let mut ht = HeadTail::new(head, tail);
@@ -163,6 +177,36 @@ impl HeadTail {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn since_keeps_only_what_came_after_the_offset() {
+        // "abcd" ... "nop" of 16 bytes (e..m cut).
+        let c = Captured {
+            head: b"abcd".to_vec(),
+            tail: b"nop".to_vec(),
+            total: 16,
+        };
+        let all = c.since(0);
+        assert_eq!(all, c);
+        let mid_head = c.since(2);
+        assert_eq!(
+            (&mid_head.head[..], &mid_head.tail[..], mid_head.total),
+            (&b"cd"[..], &b"nop"[..], 14)
+        );
+        assert_eq!(mid_head.cut(), 9);
+        let in_cut = c.since(6);
+        assert_eq!(
+            (&in_cut.head[..], &in_cut.tail[..], in_cut.total),
+            (&b""[..], &b"nop"[..], 10)
+        );
+        assert_eq!(in_cut.cut(), 7);
+        let in_tail = c.since(14);
+        assert_eq!(in_tail.bytes().unwrap(), b"op");
+        assert!(c.since(16).is_empty());
+        assert!(c.since(99).is_empty());
+        let whole = Captured::complete(b"hello world".to_vec());
+        assert_eq!(whole.since(6).bytes().unwrap(), b"world");
+    }
 
     #[test]
     fn keeps_everything_under_the_bounds() {

@@ -21,10 +21,10 @@ use tracing::{Instrument, debug, info_span};
 
 use super::capture::HeadTail;
 use super::cleanup::{Cleanup, Registration, Resource};
-use super::executor::Executor;
+use super::executor::{Executor, JobFrame};
 use super::hostscan::HostGuard;
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
-use super::{Captured, ExecMode, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxInfo};
+use super::{Captured, ExecMode, ExecOutput, ExecRequest, ProcessState, Sandbox, SandboxError, SandboxInfo};
 
 /// Kills every process the sandbox user may signal except the calling shell, until none of that
 /// uid is left (zombies aside). `kill -1` skips the caller and the namespace's init, and the
@@ -62,6 +62,10 @@ ulimit -n 4096 2>/dev/null; ulimit -c 0 2>/dev/null"#;
 
 /// Grace for a sweep to take effect and the streams to drain, beyond a command's timeout.
 const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// What a request about background processes may take beyond its own wait (a stop kills a
+/// tree for up to 5 s, then sweeps for up to 5 s more).
+const JOB_REQUEST_TIME: Duration = Duration::from_secs(15);
 
 /// The Docker endpoint in use, for messages: the task's engine, else `DOCKER_HOST`, else the
 /// default socket.
@@ -489,6 +493,10 @@ pub struct DockerSandbox {
     /// A bind-mounted project's state at the start (see `hostscan`), registered for the
     /// after-run check.
     guard: Mutex<Option<(Arc<HostGuard>, Registration)>>,
+    /// Every background process started, as last seen (for the report).
+    processes: Mutex<Vec<ProcessState>>,
+    /// A background process was asked for (its answer may have been dropped with its call).
+    asked_for_processes: AtomicBool,
 }
 
 impl DockerSandbox {
@@ -644,6 +652,8 @@ impl DockerSandbox {
                 _etc: etc,
                 volume: None,
                 guard: Mutex::new(None),
+                processes: Mutex::new(Vec::new()),
+                asked_for_processes: AtomicBool::new(false),
             };
             if exec_mode == ExecMode::PerCall {
                 let n = sb.read_oom_kills().await;
@@ -938,6 +948,95 @@ impl DockerSandbox {
     pub async fn interrupt(&self) -> Result<(), SandboxError> {
         self.check_open()?;
         self.sweep().await.map(|_| ())
+    }
+
+    /// End the command of a call that was given up (the chat's Ctrl-C) and all it started, but
+    /// not the background processes: the executor is told to, as if its timeout had come. With
+    /// one docker exec per call (no background processes there), [`Self::interrupt`].
+    pub async fn cancel_call(&self) -> Result<(), SandboxError> {
+        self.check_open()?;
+        if self.info.exec_mode == ExecMode::PerCall {
+            return self.interrupt().await;
+        }
+        let mut guard = self.executor.lock().await;
+        let Some(ex) = guard.as_mut() else {
+            return Err(SandboxError::ExecutorLost(
+                "it failed earlier in this session".into(),
+            ));
+        };
+        match ex.interrupt(WATCHDOG).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                *guard = None;
+                self.gone.store(true, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    /// One request about background processes to the executor; a failure of the executor
+    /// ends the session as a failed command does.
+    async fn job(
+        &self,
+        req: &ExecRequest,
+        frame: JobFrame<'_>,
+    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+        self.check_open()?;
+        if self.info.exec_mode == ExecMode::PerCall {
+            return Ok(Err(super::NO_BACKGROUND.into()));
+        }
+        let mut guard = self.executor.lock().await;
+        let Some(ex) = guard.as_mut() else {
+            return Err(SandboxError::ExecutorLost(
+                "it failed earlier in this session".into(),
+            ));
+        };
+        match ex.job(req, frame, WATCHDOG).await {
+            Ok(r) => Ok(r),
+            Err(err) => {
+                *guard = None;
+                drop(guard);
+                self.gone.store(true, Ordering::Release);
+                if !self.container_running().await {
+                    return Err(self
+                        .explain_death(format!("container {} stopped", short(&self.info.container_id)))
+                        .await);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Take in what the executor said of some processes: the record keeps each one's command
+    /// and how much of its output was shown; with `shown`, what is returned now counts as shown.
+    fn record(&self, states: &mut [ProcessState], shown: bool) {
+        let mut log = self.processes.lock().unwrap_or_else(|e| e.into_inner());
+        for state in states.iter_mut() {
+            match log.iter_mut().find(|p| p.id == state.id) {
+                Some(seen) => {
+                    state.command = seen.command.clone();
+                    state.shown = seen.shown;
+                    let mut kept = state.clone();
+                    if shown {
+                        kept.shown = state.output.total;
+                    }
+                    // The record keeps only the count of the output, not the bytes.
+                    kept.output = Captured {
+                        total: state.output.total,
+                        ..Default::default()
+                    };
+                    *seen = kept;
+                }
+                None => log.push(ProcessState {
+                    output: Captured {
+                        total: state.output.total,
+                        ..Default::default()
+                    },
+                    shown: if shown { state.output.total } else { 0 },
+                    ..state.clone()
+                }),
+            }
+        }
     }
 
     /// Kill every process of the sandbox user, through a fresh exec, which then reads the memory
@@ -1293,6 +1392,92 @@ impl Sandbox for DockerSandbox {
             .download_from_container(&self.info.container_id, Some(opts))
             .map(|r| r.map_err(std::io::Error::other));
         Ok(Box::new(tokio_util::io::StreamReader::new(Box::pin(stream))))
+    }
+
+    async fn start_process(
+        &self,
+        req: ExecRequest,
+        command: String,
+        settle: Duration,
+    ) -> Result<Result<ProcessState, String>, SandboxError> {
+        let frame = JobFrame {
+            op: "start",
+            job_id: None,
+            why: None,
+            settle: settle.as_secs_f64(),
+            output: true,
+        };
+        let mut bounded = req.clone();
+        bounded.timeout = settle + JOB_REQUEST_TIME;
+        self.asked_for_processes.store(true, Ordering::Release);
+        let mut states = match self.job(&bounded, frame).await? {
+            Ok(states) => states,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Some(mut state) = states.pop() else {
+            return Err(SandboxError::ExecutorLost("a start without its process".into()));
+        };
+        // The record starts with its command; `record` keeps it from then on.
+        self.processes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ProcessState {
+                id: state.id.clone(),
+                command,
+                ..Default::default()
+            });
+        self.record(std::slice::from_mut(&mut state), true);
+        Ok(Ok(state))
+    }
+
+    async fn processes(
+        &self,
+        id: Option<&str>,
+        output: bool,
+    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+        let frame = JobFrame {
+            op: if output { "output" } else { "list" },
+            job_id: id,
+            why: None,
+            settle: 0.0,
+            output,
+        };
+        let req = ExecRequest::argv(Vec::<String>::new(), JOB_REQUEST_TIME);
+        let mut states = match self.job(&req, frame).await? {
+            Ok(states) => states,
+            Err(why) => return Ok(Err(why)),
+        };
+        self.record(&mut states, output);
+        Ok(Ok(states))
+    }
+
+    async fn stop_processes(
+        &self,
+        id: Option<&str>,
+        why: &str,
+    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+        if id.is_none() && !self.asked_for_processes.load(Ordering::Acquire) {
+            // A session that started none pays nothing.
+            return Ok(Ok(Vec::new()));
+        }
+        let frame = JobFrame {
+            op: if id.is_some() { "stop" } else { "stop_all" },
+            job_id: id,
+            why: Some(why),
+            settle: 0.0,
+            output: true,
+        };
+        let req = ExecRequest::argv(Vec::<String>::new(), JOB_REQUEST_TIME);
+        let mut states = match self.job(&req, frame).await? {
+            Ok(states) => states,
+            Err(why) => return Ok(Err(why)),
+        };
+        self.record(&mut states, true);
+        Ok(Ok(states))
+    }
+
+    fn process_log(&self) -> Vec<ProcessState> {
+        self.processes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     async fn shutdown(&self) -> Result<(), SandboxError> {

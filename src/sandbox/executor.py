@@ -15,8 +15,10 @@
 # Byte payloads (stdin, captured output) are base64 inside the JSON.
 #
 # Invariant after every request: no process of the sandbox user is left running except this
-# one. That is what makes a timeout real (a background child holding stdout is killed too) and
-# what lets the host reason about files without racing a stray writer.
+# one and the background processes the host asked for (jobs, below), each a tree under a helper
+# of ours. That is what makes a timeout real (a background child holding stdout is killed too)
+# and, once the host has stopped the jobs (before its scans, the read-back and its own test
+# run), what lets it reason about files without racing a stray writer.
 # Imports are few and mostly built into the interpreter on purpose: they are read when the
 # sandbox starts, through the container's storage driver, and on fuse-overlayfs each Python
 # module file cost ~10 ms of a cold start (`subprocess`, `selectors`, `signal`'s enums, `re`
@@ -35,7 +37,7 @@ try:
 except ImportError:  # an interpreter without the C accelerator: the pure-Python module
     _json = None
 
-PROTOCOL = 1
+PROTOCOL = 2
 READ_CHUNK = 1 << 16
 
 
@@ -161,11 +163,22 @@ def read_exact(fd, n):
 
 def watch_host():
     """Called when stdin is readable during a command: EOF means agentbox went away (even by
-    SIGKILL), so the sandbox ends now rather than when the command would have."""
+    SIGKILL), so the sandbox ends now rather than when the command would have. Returns whether
+    the host asks for the command to be interrupted: its next frame is `{"interrupt": ID}`
+    (answered after the command's own reply; see `Executor::interrupt`)."""
     chunk = os.read(0, 65536)
     if not chunk:
         raise HostGone()
     pending_input.extend(chunk)
+    if len(pending_input) < 4:
+        return False
+    (length,) = struct.unpack(">I", bytes(pending_input[:4]))
+    if len(pending_input) < 4 + length:
+        return False
+    try:
+        return "interrupt" in json_loads(bytes(pending_input[4:4 + length]))
+    except (ValueError, TypeError):
+        return False
 
 
 def recv():
@@ -392,6 +405,9 @@ def reap(proc=None):
             return
         if proc is not None and pid == proc.pid and proc.returncode is None:
             proc.returncode = os.waitstatus_to_exitcode(status)
+        job = job_pids.pop(pid, None)
+        if job is not None:
+            job.ended(os.waitstatus_to_exitcode(status))
 
 
 def survivors():
@@ -413,13 +429,16 @@ def survivors():
     return found
 
 
-def sweep():
-    """SIGKILL every process this uid may signal, except us (the caller, and init).
+def sweep(spare_jobs=True):
+    """SIGKILL every process this uid may signal, except us (the caller, and init) and, unless
+    `spare_jobs` is false, the trees of the running jobs.
 
     kill(-1) reports success whenever any process exists, even one it may not signal, so
     whether anything is left is read from /proc. Repeat until nothing is: a fork bomb spawns
     between rounds.
     """
+    if spare_jobs and job_pids:
+        return sweep_around_jobs()
     deadline = time.monotonic() + 5.0
     rounds = 0
     while True:
@@ -433,6 +452,347 @@ def sweep():
             reap()
             return rounds
         time.sleep(0.001 * min(rounds, 20))
+
+
+def process_table():
+    """Every live process we can see: pid -> (parent pid, ours). Zombies are left out (dead;
+    their parent reaps them)."""
+    uid = os.getuid()
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            ours = os.stat("/proc/" + name).st_uid == uid
+            with open("/proc/" + name + "/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split(b" ", 2)
+        if fields[0] != b"Z":
+            table[int(name)] = (int(fields[1]), ours)
+    return table
+
+
+def trees(table, roots):
+    """root -> every live process at or below it (a job's helper is a subreaper: whatever its
+    command starts, even after setsid and a double fork, stays below it)."""
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {}
+    for root in roots:
+        members, todo = [], [root] if root in table else []
+        while todo:
+            pid = todo.pop()
+            members.append(pid)
+            todo.extend(children.get(pid, ()))
+        found[root] = members
+    return found
+
+
+def sweep_around_jobs():
+    """`sweep`, sparing the jobs' trees: each process is killed by its pid, since kill(-1)
+    would take the jobs too. What a killed process had forked meanwhile is orphaned to us, so
+    outside every tree, and goes in the next round."""
+    me = os.getpid()
+    deadline = time.monotonic() + 5.0
+    rounds = 0
+    while True:
+        table = process_table()
+        spared = set()
+        for members in trees(table, list(job_pids)).values():
+            spared.update(members)
+        victims = [pid for pid, (_, ours) in table.items()
+                   if ours and pid not in spared and pid not in (1, me)]
+        if not victims:
+            reap()
+            return rounds
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        rounds += 1
+        if time.monotonic() > deadline:
+            return rounds
+        time.sleep(0.001 * min(rounds, 20))
+
+
+# --- Background processes (jobs) --------------------------------------------------------------
+#
+# A job is a command that outlives the request that started it (a server, a watcher). It runs
+# under a helper of its own, which makes itself a child subreaper: every process the command
+# starts, daemonised or not, is the helper's descendant until it dies, so the job is exactly
+# the helper's tree, and the sweep after each request spares it and nothing else. The helper
+# waits for its whole tree, then exits as the command did. Its output (stdout and stderr on one
+# pipe) is read by us, between requests and during them, into a bounded head and tail. The
+# host stops jobs (before its own test run, the read-back, at the end); so does a job's tree
+# growing past half of the sandbox's process limit.
+
+JOB_HELPER = r"""
+import os, sys
+import _signal as signal
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+# PR_SET_CHILD_SUBREAPER: orphans below us come to us, not to init (the executor). If the
+# kernel refuses, say so: the job would not be tracked past its own children.
+if libc.prctl(36, 1, 0, 0, 0) != 0:
+    os.write(2, b"agentbox-job: cannot become a child subreaper\n")
+    os._exit(126)
+libc.prctl(15, b"agentbox-job", 0, 0, 0)  # PR_SET_NAME
+argv = sys.argv[1:]
+try:
+    pid = os.posix_spawnp(argv[0], argv, os.environ,
+                          setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+except OSError as e:
+    os.write(2, f"{argv[0]}: {e.strerror or e}\n".encode())
+    os._exit(127 if e.errno == 2 else 126)
+except (ValueError, TypeError) as e:
+    os.write(2, f"{argv[0]}: {e}\n".encode())
+    os._exit(126)
+code = 0
+while True:
+    try:
+        done, status = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    except InterruptedError:
+        continue
+    if done == pid:
+        code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+os._exit(code & 255)
+"""
+
+# Running at once, and kept (the oldest finished are forgotten first; the host keeps its own
+# record of every job).
+MAX_JOBS = 16
+KEPT_JOBS = 64
+
+jobs = {}  # job id -> Job, in the order started
+job_pids = {}  # helper pid -> Job, while the helper lives
+job_count = [0]
+
+
+def pids_max():
+    for path in ("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+class Job:
+    def __init__(self, proc, head, tail):
+        job_count[0] += 1
+        self.id = f"p{job_count[0]}"
+        self.pid = proc.pid
+        self.fd = proc.stdout
+        self.out = Capture(head, tail)
+        self.started = time.monotonic()
+        self.finished = None
+        self.code = None
+        self.stopped = None
+        self.oom_before = oom_kills()
+        self.oom_after = None
+
+    def ended(self, code):
+        self.code = code
+        self.finished = time.monotonic()
+        self.oom_after = oom_kills()
+
+    def running(self):
+        return self.pid in job_pids
+
+    def drain(self, wait=0.0):
+        """Read what its pipe holds (a flood at most 1 MiB at a time: the host's next request
+        must not wait for it); with `wait`, until the pipe's end or that long."""
+        until = time.monotonic() + wait
+        chunks = 0
+        while self.fd is not None:
+            chunks += 1
+            if chunks > 16 and time.monotonic() >= until:
+                return
+            try:
+                chunk = os.read(self.fd, READ_CHUNK)
+            except BlockingIOError:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                select.select([self.fd], [], [], min(left, 0.05))
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                os.close(self.fd)
+                self.fd = None
+                return
+            self.out.add(chunk)
+
+    def state(self, counts, output):
+        s = {
+            "job_id": self.id,
+            "pid": self.pid,
+            "running": self.running(),
+            "stopped": self.stopped,
+            "procs": len(counts.get(self.pid, ())),
+            "elapsed": (self.finished or time.monotonic()) - self.started,
+            "exit": None,
+            "signal": None,
+            "oom_kills": None,
+            "total": self.out.total,
+        }
+        if self.code is not None:
+            s["exit"] = self.code if self.code >= 0 else 128 - self.code
+            s["signal"] = -self.code if self.code < 0 else None
+        if None not in (self.oom_before, self.oom_after):
+            s["oom_kills"] = self.oom_after - self.oom_before
+        if output:
+            s["out"] = self.out.to_json()
+        return s
+
+
+def job_fds():
+    return {j.fd: j for j in jobs.values() if j.fd is not None}
+
+
+def stop_job(job, why):
+    """Kill the job's tree: everything below the helper first (orphans come to the helper
+    while it lives, so none escapes), then the helper. Whatever still escaped, a command
+    that killed the helper itself for instance, is orphaned to us and swept."""
+    if job.running():
+        job.stopped = why
+        deadline = time.monotonic() + 5.0
+        rounds = 0
+        while job.running():
+            members = trees(process_table(), [job.pid]).get(job.pid, [])
+            below = [p for p in members if p != job.pid]
+            for pid in below if below and time.monotonic() < deadline else [job.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            reap()
+            rounds += 1
+            time.sleep(0.001 * min(rounds, 20))
+        sweep()
+    job.drain(0.5)
+
+
+def police_jobs():
+    """Keep the jobs together under half of the sandbox's process limit, so that a runaway
+    one (a fork bomb) leaves room for the next command: the largest is stopped."""
+    if not job_pids:
+        return
+    limit = pids_max()
+    cap = limit // 2 if limit else 256
+    counts = trees(process_table(), list(job_pids))
+    total = sum(len(m) for m in counts.values())
+    if total > cap:
+        pid = max(counts, key=lambda p: len(counts[p]))
+        job = job_pids.get(pid)
+        if job is not None:
+            stop_job(job, f"it had {len(counts[pid])} processes; background processes may "
+                          f"use at most half of the sandbox's process limit ({cap} of "
+                          f"{limit or 'no limit'}, --pids-limit)")
+
+
+def job_request(req):
+    """The host's requests about jobs: start, output, stop, stop_all, list."""
+    op = req.get("job") or {}
+    what = op.get("op")
+    if what == "start":
+        return start_job(req, op)
+    wanted = op.get("job_id")
+    picked = [j for j in jobs.values() if wanted is None or j.id == wanted]
+    if wanted is not None and not picked:
+        return {"job_error": f"no background process {wanted!r}"}
+    if what in ("stop", "stop_all"):
+        for job in picked:
+            stop_job(job, str(op.get("why") or "stopped"))
+    elif what not in ("output", "list"):
+        return {"job_error": f"unknown job request {what!r}"}
+    for job in picked:
+        job.drain()
+    reap()
+    counts = trees(process_table(), list(job_pids)) if job_pids else {}
+    return {"jobs": [j.state(counts, bool(op.get("output"))) for j in picked]}
+
+
+def start_job(req, op):
+    if len(job_pids) >= MAX_JOBS:
+        return {"job_error": f"{MAX_JOBS} background processes are running already; stop one first"}
+    argv = req["argv"]
+    native = req.get("native")
+    if native and native.get("op") == "shell":
+        args = native.get("args")
+        if isinstance(args, list) and len(args) == 1 and isinstance(args[0], str):
+            argv = ["bash", "-c", args[0]]
+    python = sys_executable()
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    try:
+        proc = spawn([python, "-I", "-S", "-c", JOB_HELPER] + list(argv),
+                     req.get("cwd") or "/workspace", env, False, True)
+    except OSError as e:
+        return {"job_error": f"cannot start the background process: {e.strerror or e}"}
+    except (ValueError, TypeError, IndexError) as e:
+        return {"job_error": f"cannot start the background process: {e}"}
+    os.set_blocking(proc.stdout, False)
+    job = Job(proc, int(req.get("head", 16384)), int(req.get("tail", 65536)))
+    jobs[job.id] = job
+    job_pids[job.pid] = job
+    forget_old_jobs()
+    # A moment for its first words, or its end: a typo or a port in use shows at once.
+    settle_until = time.monotonic() + max(0.0, min(float(op.get("settle") or 0.0), 30.0))
+    while job.running() and time.monotonic() < settle_until:
+        job.drain(min(0.05, max(0.0, settle_until - time.monotonic())))
+        reap()
+    job.drain()
+    reap()
+    counts = trees(process_table(), list(job_pids)) if job_pids else {}
+    return {"jobs": [job.state(counts, True)]}
+
+
+def forget_old_jobs():
+    finished = [j for j in jobs.values() if not j.running()]
+    for job in finished[: max(0, len(jobs) - KEPT_JOBS)]:
+        if job.fd is not None:
+            os.close(job.fd)
+        del jobs[job.id]
+
+
+def sys_executable():
+    import sys
+
+    return sys.executable or find_program("python3", os.environ)
+
+
+def wait_for_host():
+    """Until the host sends its next request: the jobs' output keeps flowing in, their ends
+    are reaped, and their process count is kept in check."""
+    while not pending_input and (job_pids or job_fds()):
+        fds = job_fds()
+        poll = select.poll()
+        poll.register(0, select.POLLIN)
+        for fd in fds:
+            poll.register(fd, select.POLLIN)
+        ready = [fd for fd, _ in poll.poll(500)]
+        for fd in ready:
+            if fd in fds:
+                fds[fd].drain()
+        reap()
+        police_jobs()
+        if 0 in ready:
+            return
 
 
 def resolve(path):
@@ -660,6 +1020,9 @@ def run(req):
         else:
             sel.register(stdin_fd, select.POLLOUT, "stdin")
     sel.register(0, select.POLLIN, "host")
+    for fd, job in job_fds().items():
+        sel.register(fd, select.POLLIN, job)
+    policed = time.monotonic()
     pidfd = None
     if hasattr(os, "pidfd_open"):
         try:
@@ -676,6 +1039,9 @@ def run(req):
     while True:
         now = time.monotonic()
         reap(proc)
+        if job_pids and now - policed > 0.5:
+            police_jobs()
+            policed = now
         if not swept and proc.poll() is not None:
             # The command is done; whatever it left behind (a daemon holding stdout open) goes.
             sweep()
@@ -705,10 +1071,18 @@ def run(req):
         for fd, data in sel.select(wait):
             if data == "host":
                 try:
-                    watch_host()
+                    interrupted = watch_host()
                 except HostGone:
-                    sweep()
+                    sweep(spare_jobs=False)
                     raise
+                if interrupted and not swept:
+                    # As its timeout would; the host gave up waiting and drops the reply.
+                    deadline = now
+                continue
+            if isinstance(data, Job):
+                data.drain()
+                if data.fd is None:
+                    sel.unregister(fd)
                 continue
             if data == "exit":
                 sel.unregister(fd)
@@ -915,11 +1289,18 @@ def main():
     sweep()
     send({"ready": True, "protocol": PROTOCOL, "pid": os.getpid(), "uid": os.getuid(), "hardened": hardened})
     while True:
+        wait_for_host()
         req = recv()
         if req is None:
             return
         try:
-            resp = run(req)
+            if "interrupt" in req:
+                # What it interrupted, if anything, was ended (and answered) before this.
+                resp = {"interrupted": req["interrupt"]}
+            elif req.get("job"):
+                resp = job_request(req)
+            else:
+                resp = run(req)
         except HostGone:
             return
         except Exception as e:  # a bug here must not take the session down

@@ -24,7 +24,7 @@ pub const SOURCE: &str = include_str!("executor.py");
 pub fn source() -> String {
     format!("{}{SOURCE}", super::fsop::python_preamble())
 }
-const PROTOCOL: u64 = 1;
+const PROTOCOL: u64 = 2;
 /// Largest frame we accept from the executor. Responses carry capped output, so anything near
 /// this is a bug or a forgery, not data.
 const MAX_FRAME: usize = 160 << 20;
@@ -74,6 +74,66 @@ struct Response {
     spawn_error: Option<String>,
     errno: Option<i32>,
     internal_error: Option<String>,
+    /// The answer to a job request: the jobs it concerns, or why it was refused.
+    jobs: Option<Vec<JobWire>>,
+    job_error: Option<String>,
+}
+
+/// One background process as the executor reports it (see `Job.state` in executor.py).
+#[derive(Deserialize)]
+struct JobWire {
+    job_id: String,
+    pid: i64,
+    running: bool,
+    stopped: Option<String>,
+    procs: u32,
+    elapsed: f64,
+    exit: Option<i64>,
+    signal: Option<i32>,
+    oom_kills: Option<i64>,
+    total: u64,
+    out: Option<Stream64>,
+}
+
+impl JobWire {
+    fn decode(self) -> Result<super::ProcessState, SandboxError> {
+        let output = match self.out {
+            Some(s) => s.decode()?,
+            None => Captured {
+                total: self.total,
+                ..Default::default()
+            },
+        };
+        Ok(super::ProcessState {
+            id: self.job_id,
+            command: String::new(),
+            pid: self.pid,
+            running: self.running,
+            processes: self.procs,
+            exit_code: self.exit,
+            signal: self.signal,
+            stopped: self.stopped,
+            oom_killed: self.oom_kills.unwrap_or(0) > 0,
+            output,
+            shown: 0,
+            elapsed: Duration::try_from_secs_f64(self.elapsed).unwrap_or_default(),
+        })
+    }
+}
+
+/// A request about background processes (see `job_request` in executor.py).
+#[derive(Debug, Serialize)]
+pub struct JobFrame<'a> {
+    pub op: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<&'a str>,
+    /// Why it is stopped, for the record (`stop`, `stop_all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<&'a str>,
+    /// Seconds a new job is watched before the answer (`start`).
+    pub settle: f64,
+    /// Send its captured output along.
+    pub output: bool,
 }
 
 /// One request to the executor, as `executor.py` reads it: a misspelt field does not compile.
@@ -89,6 +149,8 @@ struct RequestFrame<'a> {
     head: usize,
     tail: usize,
     native: Option<NativeFrame<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<JobFrame<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -208,45 +270,7 @@ impl Executor {
 
     /// Run one request. `watchdog` bounds the wait for a reply beyond the command's own timeout.
     pub async fn call(&mut self, req: &ExecRequest, watchdog: Duration) -> Result<ExecOutput, SandboxError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let body = RequestFrame {
-            id,
-            argv: &req.argv,
-            cwd: req.workdir.as_deref().unwrap_or(super::WORKSPACE),
-            env: req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
-            timeout: req.timeout.as_secs_f64(),
-            stdin: req.stdin.as_ref().map(|d| B64.encode(d)),
-            head: req.head,
-            tail: req.tail,
-            native: req.native.as_ref().map(|n| NativeFrame {
-                op: n.op,
-                args: &n.args,
-            }),
-        };
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| SandboxError::ExecutorLost(format!("cannot encode the request: {e}")))?;
-        let mut frame = Vec::with_capacity(body.len() + 4);
-        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&body);
-        let lost = |e: std::io::Error| SandboxError::ExecutorLost(e.to_string());
-        self.skip_unanswered(watchdog).await?;
-        self.torn = true;
-        self.input.write_all(&frame).await.map_err(lost)?;
-        self.input.flush().await.map_err(lost)?;
-        self.torn = false;
-        self.unanswered = Some((id, req.timeout));
-
-        let reply = match tokio::time::timeout(req.timeout + watchdog, self.read_frame()).await {
-            Ok(r) => r?,
-            Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
-        };
-        self.unanswered = None;
-        let resp: Response = serde_json::from_slice(&reply)
-            .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?;
-        if resp.id != Some(id) {
-            return Err(SandboxError::ExecutorLost("reply out of order".into()));
-        }
+        let resp = self.request(req, None, watchdog).await?;
         if let Some(reason) = resp.spawn_error {
             // Report it the way a shell would, so both exec modes agree: 127 = not found.
             let code = if resp.errno == Some(libc::ENOENT) {
@@ -277,5 +301,115 @@ impl Executor {
             stderr: resp.stderr.map(Stream64::decode).transpose()?.unwrap_or_default(),
             elapsed: Duration::try_from_secs_f64(resp.elapsed.unwrap_or(0.0)).unwrap_or_default(),
         })
+    }
+
+    /// End the command of a request whose caller stopped waiting (see `unanswered`), and all it
+    /// started except the background processes, as its timeout would; its reply is read and
+    /// dropped. Nothing to do when every request was answered.
+    pub async fn interrupt(&mut self, watchdog: Duration) -> Result<(), SandboxError> {
+        if self.torn {
+            return Err(SandboxError::ExecutorLost(
+                "a request was cut off while being sent".into(),
+            ));
+        }
+        let Some((pending, _)) = self.unanswered else {
+            return Ok(());
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = serde_json::to_vec(&serde_json::json!({"id": id, "interrupt": pending}))
+            .map_err(|e| SandboxError::ExecutorLost(format!("cannot encode the request: {e}")))?;
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let lost = |e: std::io::Error| SandboxError::ExecutorLost(e.to_string());
+        self.torn = true;
+        self.input.write_all(&frame).await.map_err(lost)?;
+        self.input.flush().await.map_err(lost)?;
+        self.torn = false;
+        // The interrupted command's reply comes first (the executor answers it, then this).
+        loop {
+            let frame = match tokio::time::timeout(watchdog * 2, self.read_frame()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
+            };
+            let answered = serde_json::from_slice::<Response>(&frame)
+                .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?
+                .id;
+            if answered == Some(id) {
+                self.unanswered = None;
+                return Ok(());
+            }
+        }
+    }
+
+    /// A request about background processes; `req` is the command for `start` (its timeout
+    /// only bounds the wait for the answer). `Ok(Err(why))`: refused (an unknown id, too many).
+    pub async fn job(
+        &mut self,
+        req: &ExecRequest,
+        job: JobFrame<'_>,
+        watchdog: Duration,
+    ) -> Result<Result<Vec<super::ProcessState>, String>, SandboxError> {
+        let resp = self.request(req, Some(job), watchdog).await?;
+        if let Some(why) = resp.job_error.or(resp.internal_error) {
+            return Ok(Err(why));
+        }
+        let jobs = resp
+            .jobs
+            .ok_or_else(|| SandboxError::ExecutorLost("a job request without an answer".into()))?;
+        jobs.into_iter()
+            .map(JobWire::decode)
+            .collect::<Result<_, _>>()
+            .map(Ok)
+    }
+
+    async fn request(
+        &mut self,
+        req: &ExecRequest,
+        job: Option<JobFrame<'_>>,
+        watchdog: Duration,
+    ) -> Result<Response, SandboxError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = RequestFrame {
+            id,
+            argv: &req.argv,
+            cwd: req.workdir.as_deref().unwrap_or(super::WORKSPACE),
+            env: req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            timeout: req.timeout.as_secs_f64(),
+            stdin: req.stdin.as_ref().map(|d| B64.encode(d)),
+            head: req.head,
+            tail: req.tail,
+            native: req.native.as_ref().map(|n| NativeFrame {
+                op: n.op,
+                args: &n.args,
+            }),
+            job,
+        };
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| SandboxError::ExecutorLost(format!("cannot encode the request: {e}")))?;
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&body);
+        let lost = |e: std::io::Error| SandboxError::ExecutorLost(e.to_string());
+        self.skip_unanswered(watchdog).await?;
+        self.torn = true;
+        self.input.write_all(&frame).await.map_err(lost)?;
+        self.input.flush().await.map_err(lost)?;
+        self.torn = false;
+        self.unanswered = Some((id, req.timeout));
+
+        let reply = match tokio::time::timeout(req.timeout + watchdog, self.read_frame()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(SandboxError::ExecutorLost("no reply before the watchdog".into())),
+        };
+        self.unanswered = None;
+        let resp: Response = serde_json::from_slice(&reply)
+            .map_err(|e| SandboxError::ExecutorLost(format!("bad reply: {e}")))?;
+        if resp.id != Some(id) {
+            return Err(SandboxError::ExecutorLost("reply out of order".into()));
+        }
+        Ok(resp)
     }
 }

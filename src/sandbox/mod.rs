@@ -174,6 +174,70 @@ fn signal_name(sig: i32) -> String {
     }
 }
 
+/// A background process (a job of the executor): a command that outlives the call that started
+/// it, with everything it started, until it ends or is stopped. As last seen.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessState {
+    /// `p1`, `p2`, ... in the order started, per sandbox.
+    pub id: String,
+    /// What was started (the host's own record of it).
+    pub command: String,
+    /// The helper's pid in the sandbox (its tree is the process).
+    pub pid: i64,
+    pub running: bool,
+    /// Live processes in its tree.
+    pub processes: u32,
+    /// Its command's status, once its whole tree has ended; 128+N for signal N.
+    pub exit_code: Option<i64>,
+    pub signal: Option<i32>,
+    /// Why agentbox stopped it, when it did.
+    pub stopped: Option<String>,
+    /// The memory cgroup's OOM killer fired while it ran.
+    pub oom_killed: bool,
+    /// Its stdout and stderr together, bounded (the first and last bytes).
+    pub output: Captured,
+    /// Bytes of output already shown (by an earlier `process_output`).
+    pub shown: u64,
+    pub elapsed: Duration,
+}
+
+impl ProcessState {
+    /// Its command on one line, at most `max` characters: what a line about it shows.
+    pub fn label(&self, max: usize) -> String {
+        let flat: String = self
+            .command
+            .chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+            .collect();
+        match flat.char_indices().nth(max) {
+            Some((at, _)) => format!("{}…", &flat[..at]),
+            None => flat,
+        }
+    }
+
+    /// "running (3 processes)", "exit 0", "stopped before the final test run", ...
+    pub fn status_line(&self) -> String {
+        let secs = self.elapsed.as_secs_f64();
+        if self.running {
+            let n = self.processes;
+            return format!(
+                "running for {secs:.0}s ({n} process{})",
+                if n == 1 { "" } else { "es" }
+            );
+        }
+        if let Some(why) = &self.stopped {
+            return format!("stopped by agentbox after {secs:.0}s: {why}");
+        }
+        let end = ExecOutput {
+            exit_code: self.exit_code.unwrap_or(-1),
+            signal: self.signal,
+            oom_killed: self.oom_killed,
+            ..Default::default()
+        };
+        format!("ended after {secs:.0}s: {}", end.status_line())
+    }
+}
+
 /// How the sandbox runs commands; chosen at start, reported by `doctor` and the benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecMode {
@@ -334,7 +398,51 @@ pub trait Sandbox: Send + Sync {
 
     /// Remove the sandbox. Idempotent; later calls to `exec` fail.
     async fn shutdown(&self) -> Result<(), SandboxError>;
+
+    /// Start `req` as a background process, labelled `command` in the record, and watch it for
+    /// up to `settle` (its first output, or its end). `Ok(Err(why))`: refused, for the model to
+    /// read (too many running; a sandbox without the executor).
+    async fn start_process(
+        &self,
+        req: ExecRequest,
+        command: String,
+        settle: Duration,
+    ) -> Result<Result<ProcessState, String>, SandboxError> {
+        let _ = (req, command, settle);
+        Ok(Err(NO_BACKGROUND.into()))
+    }
+
+    /// The background processes (or the one `id` names), with their output when `output`.
+    /// Reading the output marks it shown (see [`ProcessState::shown`]).
+    async fn processes(
+        &self,
+        id: Option<&str>,
+        output: bool,
+    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+        let _ = (id, output);
+        Ok(Ok(Vec::new()))
+    }
+
+    /// Stop the background processes (or the one `id` names) with all they started; `why` is
+    /// kept in the record. Returns them as they ended.
+    async fn stop_processes(
+        &self,
+        id: Option<&str>,
+        why: &str,
+    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+        let _ = (id, why);
+        Ok(Ok(Vec::new()))
+    }
+
+    /// Every background process of this sandbox, as last seen, in the order started.
+    fn process_log(&self) -> Vec<ProcessState> {
+        Vec::new()
+    }
 }
+
+/// Why a sandbox without the executor has no background processes.
+pub const NO_BACKGROUND: &str = "background processes need the sandbox's command runner, and this \
+     sandbox runs one docker exec per command (an image without python3, or --per-call-exec)";
 
 #[cfg(test)]
 mod tests {

@@ -346,6 +346,13 @@ async fn changeset(
     command_timeout: Duration,
 ) -> Result<isolate::ChangeSet, String> {
     use isolate::readback;
+    // Nothing the model left running may write while the changes are read back.
+    if let Ok(Err(e)) = sandbox
+        .stop_processes(None, "before the changes were read back")
+        .await
+    {
+        return Err(format!("cannot stop the background processes: {e}"));
+    }
     let timeout = command_timeout.max(Duration::from_secs(60));
     let listed = sandbox
         .exec(

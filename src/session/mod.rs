@@ -163,6 +163,11 @@ impl Session {
         // After a sandbox failure nothing more can run in it; after a model failure it is
         // still there, and the tests and the diff are still worth having.
         let sandbox_alive = !matches!(&result.stop, Stop::Fatal(Fatal::Sandbox(_)));
+        if sandbox_alive {
+            // The verdict is agentbox's own test run: nothing the model left running may take
+            // part in it (a server holding a port, a watcher rewriting files).
+            self.stop_processes("before the final test run").await;
+        }
         let tests = if sandbox_alive {
             self.verify().await
         } else {
@@ -222,6 +227,7 @@ impl Session {
                     decision: d.clone(),
                 })
                 .collect(),
+            processes: self.sandbox.process_log().iter().map(Into::into).collect(),
             changed_outside_diff: None,
             patch_file: None,
             applied: None,
@@ -231,10 +237,30 @@ impl Session {
         }
     }
 
+    /// Stop the background processes still running, each told as a note (the report lists
+    /// them all).
+    pub async fn stop_processes(&self, why: &str) {
+        match self.sandbox.stop_processes(None, why).await {
+            Ok(Ok(stopped)) => {
+                for p in stopped.iter().filter(|p| p.stopped.as_deref() == Some(why)) {
+                    self.events.emit(&Event::Note {
+                        message: format!("background process {} `{}` stopped {why}", p.id, p.label(100)),
+                    });
+                }
+            }
+            Ok(Err(e)) => self.events.emit(&Event::Note {
+                message: format!("cannot stop the background processes: {e}"),
+            }),
+            // The sandbox is gone: so is everything that ran in it.
+            Err(_) => {}
+        }
+    }
+
     /// Remove the sandbox, then check the project on the host (bind-mounted runs: planted git
     /// metadata moved out, every change listed). The check comes after the removal so that
     /// nothing of the sandbox can write while the host looks.
     pub async fn close(self) -> Option<crate::sandbox::hostscan::HostCheck> {
+        self.stop_processes("at the end of the session").await;
         let _ = self.sandbox.shutdown().await;
         self.sandbox.check_host()
     }

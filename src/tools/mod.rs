@@ -7,6 +7,7 @@ mod bash;
 mod edit_file;
 mod finish;
 mod list_files;
+pub mod process;
 pub mod read_file;
 mod run_tests;
 mod search;
@@ -174,6 +175,11 @@ impl ToolContext<'_> {
         head: usize,
         tail: usize,
     ) -> Result<ExecOutput, SandboxError> {
+        self.sandbox.exec(self.shell_request(command, head, tail)).await
+    }
+
+    /// The request [`ToolContext::shell_bounded`] sends (also what a background process runs).
+    pub fn shell_request(&self, command: &str, head: usize, tail: usize) -> ExecRequest {
         // Not a login shell (`-l`): on Debian-based images /etc/profile replaces the image's own
         // PATH (the one `docker exec` and the Dockerfile's RUN use) with a fixed one, and reading
         // it costs about 4 ms a command, as much as the rest of a `true` call.
@@ -184,7 +190,7 @@ impl ToolContext<'_> {
             op: "shell",
             args: vec![command.to_string()],
         });
-        self.sandbox.exec(req).await
+        req
     }
 }
 
@@ -333,8 +339,9 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The standard set: the five file and test tools, `bash` unless `shell` is false, and
-    /// `finish` when the model must call a tool every turn.
+    /// The standard set: the five file and test tools, `bash` and the two tools for its
+    /// background processes unless `shell` is false, and `finish` when the model must call a
+    /// tool every turn.
     pub fn standard(shell: bool, finish: bool) -> Self {
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(list_files::ListFiles),
@@ -345,6 +352,8 @@ impl ToolRegistry {
         ];
         if shell {
             tools.push(Box::new(bash::Bash));
+            tools.push(Box::new(process::ProcessOutput));
+            tools.push(Box::new(process::StopProcess));
         }
         if finish {
             tools.push(Box::new(finish::Finish));
@@ -464,7 +473,9 @@ mod tests {
                 "edit_file",
                 "search",
                 "run_tests",
-                "bash"
+                "bash",
+                "process_output",
+                "stop_process"
             ]
         );
         assert_eq!(

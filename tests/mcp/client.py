@@ -13,6 +13,14 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
+# A request to the background server started below (the images have no curl).
+FETCH = (
+    "for i in $(seq 50); do python3 -c \"import urllib.request; "
+    "print(urllib.request.urlopen('http://127.0.0.1:8767/hello.py', timeout=5).status)\" && break; "
+    "sleep 0.1; done"
+)
+
+
 def text_of(result):
     return "".join(getattr(c, "text", "") for c in result.content)
 
@@ -47,11 +55,14 @@ async def main():
                 "outside": ("read_file", {"path": "../../../../etc/shadow"}),
                 "unknown": ("no_such_tool", {}),
                 "bad_args": ("read_file", {"path": 42}),
+                "background": ("bash", {"command": "python3 -m http.server 8767 --bind 127.0.0.1", "background": True}),
                 "fork_bomb": ("bash", {"command": "bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 5; echo survived"}),
                 "after_bomb": ("bash", {"command": "echo still-here"}),
+                "background_fetch": ("bash", {"command": FETCH}),
+                "background_output": ("process_output", {"id": "p1"}),
             }
             for key, (name, args) in calls.items():
-                if name == "bash" and "bash" not in out["tools"]:
+                if name in ("bash", "process_output") and "bash" not in out["tools"]:
                     continue
                 out[key] = summary(await session.call_tool(name, args))
             # Two calls in flight at once: both answered, one after the other.
