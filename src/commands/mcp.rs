@@ -95,7 +95,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         for p in stopped.iter().filter(|p| p.stopped.as_deref() == why) {
             errln!(
                 "agentbox: background process {} `{}` stopped at the end of the session",
-                p.id,
+                crate::output::escaped(&p.id),
                 crate::events::for_terminal(&p.label(100))
             );
         }
