@@ -413,6 +413,23 @@ pub fn terminal_for_the_sandbox() -> std::io::Stdout {
     std::io::stdout()
 }
 
+/// stderr held for a question and its answer: while it lives nothing else (a spinner's redraw,
+/// another line) writes between the question and what the user types.
+pub struct StderrHeld(std::io::StderrLock<'static>);
+
+impl StderrHeld {
+    #[allow(clippy::disallowed_methods, reason = "writes only Escaped text")]
+    pub fn lock() -> StderrHeld {
+        StderrHeld(std::io::stderr().lock())
+    }
+
+    pub fn write(&mut self, text: &Escaped) {
+        use std::io::Write as _;
+        let _ = self.0.write_all(text.as_str().as_bytes());
+        let _ = self.0.flush();
+    }
+}
+
 /// Whether stderr is a terminal (progress is drawn only then).
 #[allow(clippy::disallowed_methods, reason = "only asks; writes nothing")]
 pub fn stderr_is_terminal() -> bool {

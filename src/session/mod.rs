@@ -349,15 +349,16 @@ impl Approver for TerminalApprover {
         let stop = StopOnDrop::default();
         let flag = stop.0.clone();
         let answer = tokio::task::spawn_blocking(move || {
-            err!(
+            let mut err = crate::output::StderrHeld::lock();
+            err.write(&crate::escaped!(
                 "{}allow? [y]es, [N]o, [a]lways for {} this session, [w]hy not (no, and tell the model why): ",
                 prompt,
                 crate::output::escaped(kind)
-            );
+            ));
             let line = read_stdin_line(&flag)?;
             let choice = line.trim().to_ascii_lowercase();
             if matches!(choice.as_str(), "w" | "why") {
-                err!("tell the model why: ");
+                err.write(&crate::escaped!("tell the model why: "));
                 let why = read_stdin_line(&flag).unwrap_or_default();
                 return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
