@@ -8,6 +8,11 @@
 //! runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only the
 //! proxy's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
 //! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;

@@ -8,7 +8,6 @@
 //! asks for without starting anything (see `toolchain`).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -991,8 +990,7 @@ pub fn which(program: &str) -> Option<PathBuf> {
 
 /// Print build progress lines to stderr.
 pub fn stderr_progress(line: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "  {line}");
+    errln!("  {}", crate::output::escaped(line));
 }
 
 #[cfg(test)]

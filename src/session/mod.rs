@@ -1,7 +1,7 @@
 //! One agent session: a model client, a sandbox on the project, the tools, the event sinks.
 //! Shared by `run`, `chat` and `demo`.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -463,17 +463,16 @@ impl Approver for TerminalApprover {
         let stop = StopOnDrop::default();
         let flag = stop.0.clone();
         let answer = tokio::task::spawn_blocking(move || {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "{prompt}allow? [y]es, [N]o, [a]lways for {kind} this session, [w]hy not (no, and tell the model why): "
-            );
-            let _ = err.flush();
+            let mut err = crate::output::StderrHeld::lock();
+            err.write(&crate::escaped!(
+                "{}allow? [y]es, [N]o, [a]lways for {} this session, [w]hy not (no, and tell the model why): ",
+                prompt,
+                crate::output::escaped(kind)
+            ));
             let line = read_stdin_line(&flag)?;
             let choice = line.trim().to_ascii_lowercase();
             if matches!(choice.as_str(), "w" | "why") {
-                let _ = write!(err, "tell the model why: ");
-                let _ = err.flush();
+                err.write(&crate::escaped!("tell the model why: "));
                 let why = read_stdin_line(&flag).unwrap_or_default();
                 return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
