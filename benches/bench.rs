@@ -8,6 +8,11 @@
 //! runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only the
 //! proxy's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
 //! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 use std::path::Path;
@@ -466,6 +471,7 @@ async fn load_child(n: usize) {
                     ..Default::default()
                 },
                 system: String::new(),
+                watch: None,
             };
             let mut messages = vec![Message::user_text("go")];
             let r = agent.run(&mut messages).await;
@@ -738,6 +744,7 @@ async fn agent_run(sb: &DockerSandbox, settings: &ToolSettings, calls: &[serde_j
             ..Default::default()
         },
         system: String::new(),
+        watch: None,
     };
     let mut messages = vec![Message::user_text("go")];
     let t = Instant::now();

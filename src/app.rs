@@ -19,7 +19,7 @@ pub fn main() -> ExitCode {
     let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
-            errln!("agentbox: error: {e}");
+            errln!("agentbox: error: {}", crate::output::escaped(&e));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -27,7 +27,10 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            errln!("agentbox: cannot start the async runtime: {e}");
+            errln!(
+                "agentbox: cannot start the async runtime: {}",
+                crate::output::escaped(&e)
+            );
             return ExitCode::from(EXIT_AGENTBOX_ERROR);
         }
     };
@@ -73,7 +76,8 @@ fn init_tracing(verbose: u8) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::output::LogWriter::default)
+        .with_ansi(false)
         .with_target(false)
         .init();
 }
@@ -83,7 +87,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
     let (mut sigint, mut sigterm) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
         (Ok(i), Ok(t)) => (i, t),
         (Err(e), _) | (_, Err(e)) => {
-            errln!("agentbox: error: cannot listen for Ctrl-C and SIGTERM: {e}");
+            errln!(
+                "agentbox: error: cannot listen for Ctrl-C and SIGTERM: {}",
+                crate::output::escaped(&e)
+            );
             return 1;
         }
     };
@@ -125,7 +132,10 @@ async fn run_with_cleanup(cli: Cli) -> u8 {
 }
 
 async fn interrupted(task: &mut tokio::task::JoinHandle<anyhow::Result<u8>>, name: &str, code: u8) -> u8 {
-    errln!("\nagentbox: {name} received; stopping and removing the sandbox");
+    errln!(
+        "\nagentbox: {} received; stopping and removing the sandbox",
+        crate::output::escaped(name)
+    );
     // Dropping the command's future drops its sandbox: the keep-alive connection closes and the
     // explicit removal after this makes it certain. Edits are atomic renames, so a file is
     // either edited or not.
@@ -146,7 +156,10 @@ fn error_code_for(command: &Command) -> u8 {
 }
 
 fn report_error(err: &anyhow::Error, code: u8) -> u8 {
-    errln!("agentbox: error: {err:#}");
+    errln!(
+        "agentbox: error: {}",
+        crate::output::escaped(format_args!("{err:#}"))
+    );
     if err.downcast_ref::<UsageError>().is_some() {
         EXIT_USAGE
     } else {

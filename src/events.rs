@@ -1,7 +1,7 @@
 //! What the loop reports. The loop prints nothing itself: the terminal printer and the
 //! trajectory writer subscribe to these events.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -192,20 +192,8 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// Text from the model, the repository or a command, made safe for a terminal: control
-/// characters (ESC, CR, ...) shown as `\x1b` and so on, so no escape sequence can rewrite what
-/// the user reads (a diff under review, an approval prompt) or reach the clipboard.
-pub fn for_terminal(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c) {
-            out.push_str(&format!("\\x{:02x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+use crate::output::Escaped;
+pub use crate::output::for_terminal;
 
 impl EventSink for Printer {
     fn emit(&self, event: &Event<'_>) {
@@ -330,10 +318,8 @@ impl EventSink for Printer {
             Event::Candidate { candidate: c } => {
                 let _ = writeln!(
                     out,
-                    "agentbox: candidate {} (temperature {}): {}{}",
-                    c.number,
-                    c.temperature,
-                    c.verdict.as_str(),
+                    "agentbox: {}{}",
+                    c.headline(),
                     if c.files.is_empty() {
                         String::new()
                     } else {
@@ -386,7 +372,10 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl StatusLine {
     /// Drawn on stderr when it is a terminal; plain lines only otherwise.
     pub fn stderr() -> Self {
-        StatusLine::new(std::io::stderr().is_terminal(), Box::new(std::io::stderr()))
+        StatusLine::new(
+            crate::output::stderr_is_terminal(),
+            Box::new(crate::output::EscapedStderr),
+        )
     }
 
     fn new(live: bool, plain: Box<dyn Write + Send>) -> Self {
@@ -405,7 +394,8 @@ impl StatusLine {
     }
 
     /// Print `text` (whole lines) above the status line, which is drawn again below it.
-    pub fn print(&self, text: &str) {
+    pub fn print(&self, text: &Escaped) {
+        let text = text.as_str();
         if text.is_empty() {
             return;
         }
@@ -421,7 +411,7 @@ impl StatusLine {
     }
 
     /// A spinner with `label` and the seconds since this call, until [`StatusLine::clear`].
-    pub fn spin(&self, label: &str) {
+    pub fn spin(&self, label: &Escaped) {
         if !self.inner.live {
             return;
         }
@@ -434,13 +424,14 @@ impl StatusLine {
             .tick_strings(&FRAMES);
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
             .with_style(style)
-            .with_message(label.to_string());
+            .with_message(label.as_str().to_string());
         bar.enable_steady_tick(Duration::from_millis(100));
         self.replace(Some((Shown::Spinner, bar)));
     }
 
     /// `text` as the status line, as it is, until the next call or [`StatusLine::clear`].
-    pub fn show(&self, text: &str) {
+    pub fn show(&self, text: &Escaped) {
+        let text = text.as_str();
         if !self.inner.live {
             return;
         }
@@ -549,15 +540,6 @@ impl Trajectory {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn terminal_text_cannot_carry_escape_sequences() {
-        assert_eq!(
-            for_terminal("ok\x1b[2Kgone\r\u{9b}31m\tline\n"),
-            "ok\\x1b[2Kgone\\x0d\\x9b31m\tline\n"
-        );
-        assert_eq!(for_terminal("plain – text ✓"), "plain – text ✓");
-    }
 
     #[test]
     fn redaction_replaces_every_occurrence_of_long_secrets() {
@@ -713,11 +695,11 @@ mod tests {
         let out = Captured::default();
         let status = StatusLine::new(false, Box::new(out.clone()));
         assert!(!status.is_live());
-        status.spin("waiting for the model");
-        status.print("--- step 1\n");
-        status.show("[1/2 done]");
-        status.print("");
-        status.print("  task fixed\n");
+        status.spin(&for_terminal("waiting for the model"));
+        status.print(&for_terminal("--- step 1\n"));
+        status.show(&for_terminal("[1/2 done]"));
+        status.print(&for_terminal(""));
+        status.print(&for_terminal("  task fixed\n"));
         status.clear();
         assert_eq!(
             String::from_utf8(out.0.lock().unwrap().clone()).unwrap(),

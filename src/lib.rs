@@ -3,7 +3,7 @@
 //! The library exists so integration tests and benchmarks drive the same code the binary runs.
 
 #[macro_use]
-mod output;
+pub mod output;
 
 pub mod agent;
 pub mod app;

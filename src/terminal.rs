@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const STDIN: RawFd = 0;
 pub const STDOUT: RawFd = 1;
+pub const STDERR: RawFd = 2;
 
 pub fn is_tty(fd: RawFd) -> bool {
     // SAFETY: isatty only reads the descriptor's state.

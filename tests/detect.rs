@@ -3,6 +3,11 @@
 //! stops a run before the first model request (an unreachable model, a test program the image
 //! lacks). Fixtures in `tests/fixtures/projects`, each with one bug; the scripted model fixes
 //! it, or leaves it.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

@@ -6,6 +6,11 @@
 //! loaded). Without it, or if it does not answer, the tests say so loudly and pass, unless
 //! `AGENTBOX_REQUIRE_ENGINES=1`, when they fail. The hostile suite runs against Podman too:
 //! `DOCKER_HOST=... cargo test --test hostile` (see `.ci/run`).
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

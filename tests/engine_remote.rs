@@ -4,6 +4,11 @@
 //!
 //! The daemon's endpoints come from the environment the script prints; without them these tests
 //! skip (loudly), unless AGENTBOX_REQUIRE_ENGINES=1, when they fail.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

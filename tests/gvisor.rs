@@ -2,6 +2,11 @@
 //! (`runsc`) the two ways a command can end the whole sandbox are said in those words.
 //! The gVisor tests need runsc registered with the daemon (`scripts/ci-runsc`): without it they
 //! skip loudly, or fail when AGENTBOX_REQUIRE_ENGINES=1.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

@@ -3,6 +3,11 @@
 //! tests/fixtures/hostile). Every scenario checks that it was contained, reported clearly, that
 //! the loop went on, that the host and the user's files are unharmed, and that no container is
 //! left.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

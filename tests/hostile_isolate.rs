@@ -3,6 +3,11 @@
 //! something in the sandbox (through the scripted model's `bash`) and checks the host-side
 //! effect: a link not written, the process exiting, the patch applied by real `git apply`, who
 //! owns what `--apply` wrote, how many bytes were read back. No container or volume is left.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

@@ -2,6 +2,11 @@
 //! process (files in the in-memory filesystems) used to get the command runner OOM-killed, and
 //! sockets and rings the engine's default seccomp profile allowed. Each scenario runs against
 //! the real daemon, in both exec modes where they differ, and checks the effect from inside.
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;

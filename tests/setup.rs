@@ -1,5 +1,10 @@
 //! The setup phase end to end: the real binary, a scripted model, the real images, and
 //! package indexes served by the test on 127.0.0.1 (no traffic leaves the machine).
+#![allow(
+    clippy::disallowed_macros,
+    clippy::disallowed_methods,
+    reason = "a test's own report, not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -5,7 +5,7 @@
 //! under way and returns to the prompt with the conversation kept, a second Ctrl-C at the
 //! prompt (or Ctrl-D) leaves. Without a terminal it reads one message per line.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
@@ -15,6 +15,7 @@ use crate::cli::ChatArgs;
 use crate::config::AgentSettings;
 use crate::events::{Event, EventSink, for_terminal};
 use crate::model::{Block, Message, Role, ToolResult};
+use crate::output::escaped;
 use crate::report::exit;
 use crate::sandbox::Cleanup;
 use crate::session::{Session, baseline, event_sinks, run_tests_now};
@@ -46,7 +47,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
-    errln!("{HELP}");
+    errln!("{}", HELP);
     // From here on Ctrl-C cancels what the chat waits for; the edge leaves it to us.
     let _claim = cleanup.claim_interrupts();
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -74,14 +75,14 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             "" => continue,
             "/exit" | "/quit" => break,
             "/help" => {
-                errln!("{HELP}");
+                errln!("{}", HELP);
                 continue;
             }
             "/diff" => {
                 match session.diff().await {
                     Ok(d) if d.is_empty() => outln!("(no changes)"),
                     Ok(d) => out!("{}", for_terminal(&d)),
-                    Err(e) => errln!("diff unavailable: {e}"),
+                    Err(e) => errln!("diff unavailable: {}", escaped(&e)),
                 }
                 continue;
             }
@@ -98,7 +99,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                             messages.truncate(len);
                             errln!("the project is back as it was before your last request");
                         }
-                        Err(e) => errln!("cannot undo: {e}"),
+                        Err(e) => errln!("cannot undo: {}", escaped(&e)),
                     },
                 }
                 continue;
@@ -113,7 +114,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         let name = format!("turn-{}", undo.len() + 1);
         match baseline::checkpoint(&session.sandbox, timeout, &name).await {
             Ok(()) => undo.push((name, messages.len())),
-            Err(e) => errln!("agentbox: no /undo for this request: {e}"),
+            Err(e) => errln!("agentbox: no /undo for this request: {}", escaped(&e)),
         }
         messages.push(Message::user_text(text));
         drain(&mut sigint).await;
@@ -129,7 +130,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             // The call under way was dropped; what it started in the sandbox is killed so the
             // next request finds it idle (background processes go on).
             if let Err(e) = session.sandbox.cancel_call().await {
-                errln!("agentbox: error: {e}");
+                errln!("agentbox: error: {}", escaped(&e));
                 code = exit::ERROR;
                 break;
             }
@@ -151,7 +152,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                 // Leave the conversation answerable: the next message follows tool results.
             }
             Stop::Fatal(e) => {
-                errln!("agentbox: error: {e}");
+                errln!("agentbox: error: {}", escaped(&e));
                 code = exit::ERROR;
                 break;
             }
@@ -258,9 +259,7 @@ impl Input {
 
 async fn read_plain_line(prompt: &'static str) -> Option<String> {
     tokio::task::spawn_blocking(move || {
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "{prompt}");
-        let _ = err.flush();
+        err!("{}", prompt);
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
             Ok(0) | Err(_) => None,

@@ -43,8 +43,9 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             "no model is configured (ANTHROPIC_API_KEY, OPENAI_API_KEY or OPENAI_BASE_URL)"
         };
         errln!(
-            "agentbox demo: {why}, so this is a SCRIPTED REPLAY of a model's turns, not a live model. \
-             The sandbox, the tools, the diff and the final test run are all real.\n"
+            "agentbox demo: {}, so this is a SCRIPTED REPLAY of a model's turns, not a live model. \
+             The sandbox, the tools, the diff and the final test run are all real.\n",
+            why
         );
     }
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
@@ -66,7 +67,7 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     errln!(
         "agentbox demo: a copy of the example (3 of its 5 tests fail) is in {}\n",
-        dir.display()
+        crate::output::escaped(dir.display())
     );
     let report = run_task(&settings, &dir, DEFAULT_TASK).await?;
     print_report(&report, args.json, settings.model.secrets())?;
@@ -77,7 +78,10 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         );
     }
     if args.dir.is_some() {
-        errln!("agentbox demo: the fixed copy is in {}", dir.display());
+        errln!(
+            "agentbox demo: the fixed copy is in {}",
+            crate::output::escaped(dir.display())
+        );
     }
     Ok(report.exit_code)
 }

@@ -32,9 +32,14 @@ impl Report {
             Level::Warn => "warn",
             Level::Fail => "FAIL",
         };
-        outln!("[{mark}] {what}: {}", detail.as_ref());
+        outln!(
+            "[{}] {}: {}",
+            mark,
+            crate::output::escaped(what),
+            crate::output::escaped(detail.as_ref())
+        );
         if let Some(fix) = fix {
-            outln!("       fix: {fix}");
+            outln!("       fix: {}", crate::output::escaped(fix));
         }
         if level == Level::Fail {
             self.problems += 1;

@@ -35,7 +35,7 @@ fn bar(p: &Progress, total: usize, started: Instant) -> String {
 
 /// A finished task's line: its name, its mark and why it is not fixed, made safe for a terminal
 /// (task names and errors come from the tasks directory and the model).
-fn task_line(result: &TaskResult) -> String {
+fn task_line(result: &TaskResult) -> crate::output::Escaped {
     let mark = if result.fixed {
         "fixed"
     } else if result.exit_reason == crate::report::Outcome::Error {
@@ -142,7 +142,11 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             eval::markdown::inline(&title)
         ),
     )?;
-    outln!("\n{table}\nsummary: {}", root.join("summary.md").display());
+    outln!(
+        "\n{}\nsummary: {}",
+        for_terminal(&table),
+        crate::output::escaped(root.join("summary.md").display())
+    );
     Ok(code)
 }
 
@@ -236,11 +240,11 @@ async fn run_strategy(
     errln!(
         "agentbox eval: {} task(s) in {}, {} already done{}, {} at a time; results in {}",
         tasks.len(),
-        tasks_dir.display(),
+        crate::output::escaped(tasks_dir.display()),
         tasks.len() - todo.len(),
         if args.force { " (--force: all again)" } else { "" },
         jobs,
-        out.root.display()
+        crate::output::escaped(out.root.display())
     );
     let started = Instant::now();
     let progress = Arc::new(Progress::default());
@@ -258,10 +262,10 @@ async fn run_strategy(
                 tokio::time::sleep(Duration::from_millis(if live { 250 } else { 10_000 })).await;
                 let line = bar(&progress, total, started);
                 if live {
-                    status.show(&line);
+                    status.show(&for_terminal(&line));
                 } else {
                     // Without a terminal, a plain line now and then shows it is alive.
-                    status.print(&format!("{line}\n"));
+                    status.print(&for_terminal(&format!("{line}\n")));
                 }
             }
         }))
@@ -277,7 +281,10 @@ async fn run_strategy(
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Err(e) = log.append(result) {
-                    status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
+                    status.print(&for_terminal(&format!(
+                        "agentbox eval: cannot record {}: {e}\n",
+                        result.task
+                    )));
                 }
                 status.print(&task_line(result));
             }
@@ -331,7 +338,10 @@ async fn run_strategy(
                     progress.failed.fetch_add(1, Ordering::Relaxed);
                 }
                 if let Err(e) = log.append(&result) {
-                    status.print(&format!("agentbox eval: cannot record {}: {e}\n", result.task));
+                    status.print(&for_terminal(&format!(
+                        "agentbox eval: cannot record {}: {e}\n",
+                        result.task
+                    )));
                 }
                 status.print(&task_line(&result));
                 result
@@ -380,19 +390,21 @@ async fn run_strategy(
     );
     for (name, n, per_min) in &engine_rows {
         outln!(
-            "engine {}: {n} task(s), {per_min:.1} tasks/min{}",
+            "engine {}: {} task(s), {:.1} tasks/min{}",
             for_terminal(name),
-            match retried.get(name) {
+            n,
+            per_min,
+            crate::output::escaped(match retried.get(name) {
                 Some(k) => format!(", died under {k} (run again elsewhere)"),
                 None => String::new(),
-            }
+            })
         );
     }
     outln!(
         "results: {}\nsummary: {}\nreport:  {}",
-        out.results().display(),
-        out.root.join("summary.md").display(),
-        out.root.join("report.html").display()
+        crate::output::escaped(out.results().display()),
+        crate::output::escaped(out.root.join("summary.md").display()),
+        crate::output::escaped(out.root.join("report.html").display())
     );
     Ok(if totals.fixed == totals.tasks { 0 } else { 1 })
 }
@@ -454,7 +466,7 @@ async fn on_engines(
                     progress.running.fetch_sub(1, Ordering::Relaxed);
                     if !slot.answers().await {
                         if !slot.dead.swap(true, Ordering::AcqRel) {
-                            status.print(&format!(
+                            status.print(&crate::escaped!(
                                 "agentbox eval: engine {} stopped answering: its tasks go to the other engines\n",
                                 for_terminal(&slot.name())
                             ));

@@ -2,6 +2,8 @@
 
 use std::io::Write;
 
+use crate::output::CommandStream;
+
 use crate::cli::ExecArgs;
 use crate::config::{SandboxConfig, UsageError};
 use crate::sandbox::Cleanup;
@@ -48,7 +50,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
     };
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
-        errln!("agentbox: WARNING: {warning}");
+        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let timeout = cfg.command_timeout_for(&cfg.image);
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
@@ -63,7 +65,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                     "agentbox: {} file{} changed in the copy; patch: {} (apply with `git apply`)",
                     p.changed,
                     if p.changed == 1 { "" } else { "s" },
-                    p.path.display()
+                    crate::output::escaped(p.path.display())
                 );
             }
             // Nothing changed: no empty patch file left behind.
@@ -75,7 +77,10 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                     errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
                 }
             }
-            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
+            Err(e) => errln!(
+                "agentbox: cannot tell what changed in the copy: {}",
+                crate::output::escaped(&e)
+            ),
         }
     }
     sandbox.shutdown().await?;
@@ -89,25 +94,22 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
     let out = result?;
-    let mut stderr = std::io::stderr().lock();
     if out.truncated() {
-        writeln!(
-            stderr,
+        errln!(
             "agentbox: output was cut to the first and last {} of each stream (--output-limit)",
-            args.output_limit
-        )?;
+            crate::output::escaped(&args.output_limit)
+        );
     }
     let code = if out.timed_out {
-        writeln!(
-            stderr,
+        errln!(
             "agentbox: {} (--command-timeout {} raises the limit)",
-            out.status_line(),
+            crate::output::escaped(out.status_line()),
             timeout.as_secs()
-        )?;
+        );
         EXIT_TIMED_OUT
     } else {
         if out.oom_killed || out.signal.is_some() {
-            writeln!(stderr, "agentbox: {}", out.status_line())?;
+            errln!("agentbox: {}", crate::output::escaped(out.status_line()));
         }
         u8::try_from(out.exit_code).unwrap_or(1)
     };
@@ -152,6 +154,7 @@ async fn stream(
     };
     let mut out = Streamed::new(limit);
     let mut err = Streamed::new(limit);
+    let (mut host_out, mut host_err) = (CommandStream::stdout(), CommandStream::stderr());
     let mut timed_out = false;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
@@ -161,8 +164,8 @@ async fn stream(
     loop {
         tokio::select! {
             chunk = output.next() => match chunk {
-                Some(Ok(Chunk::Out(b))) => out.push(&b, &mut std::io::stdout()),
-                Some(Ok(Chunk::Err(b))) => err.push(&b, &mut std::io::stderr()),
+                Some(Ok(Chunk::Out(b))) => out.push(&b, &mut host_out),
+                Some(Ok(Chunk::Err(b))) => err.push(&b, &mut host_err),
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
@@ -211,13 +214,15 @@ async fn stream(
     }
     let exit_code = exit_code.unwrap_or(if timed_out { 137 } else { -1 });
     let oom_after = sandbox.oom_kills().await;
+    let (stdout, stderr) = (out.finish(&mut host_out), err.finish(&mut host_err));
+    let _ = (host_out.finish(), host_err.finish());
     Ok(crate::sandbox::ExecOutput {
         exit_code,
         signal: (exit_code > 128 && exit_code < 160).then(|| (exit_code - 128) as i32),
         timed_out,
         oom_killed: matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b),
-        stdout: out.finish(&mut std::io::stdout()),
-        stderr: err.finish(&mut std::io::stderr()),
+        stdout,
+        stderr,
         elapsed: started.elapsed(),
     })
 }

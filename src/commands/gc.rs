@@ -10,10 +10,10 @@ pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
     }
     let report = gc::collect(&docker, args.all, false).await?;
     for c in &report.containers_removed {
-        outln!("removed container {c}");
+        outln!("removed container {}", crate::output::escaped(c));
     }
     for v in &report.volumes_removed {
-        outln!("removed volume {v}");
+        outln!("removed volume {}", crate::output::escaped(v));
     }
     if report.containers_removed.is_empty() && report.volumes_removed.is_empty() {
         outln!("nothing to remove");
@@ -35,9 +35,17 @@ async fn caches(docker: &bollard::Docker) -> anyhow::Result<u8> {
     }
     for (name, project) in all {
         if crate::sandbox::caches::remove(docker, &name).await {
-            outln!("removed cache {name} (project {project})");
+            outln!(
+                "removed cache {} (project {})",
+                crate::output::escaped(&name),
+                crate::output::escaped(&project)
+            );
         } else {
-            outln!("kept cache {name} (project {project}): in use");
+            outln!(
+                "kept cache {} (project {}): in use",
+                crate::output::escaped(&name),
+                crate::output::escaped(&project)
+            );
         }
     }
     Ok(0)

@@ -57,20 +57,25 @@ async fn build(args: ImageBuildArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         let started = Instant::now();
         errln!(
             "building {} offline from Debian packages",
-            todo.iter().map(|k| k.tag).collect::<Vec<_>>().join(", ")
+            crate::output::escaped(todo.iter().map(|k| k.tag).collect::<Vec<_>>().join(", "))
         );
         for built in build_offline(&docker, &todo, args.mirror.as_deref(), &cleanup, &stderr_progress).await?
         {
             let tag = KnownImage::by_name(built.name).map_or(built.name, |k| k.tag);
             match built.result {
                 Ok(took) => outln!(
-                    "built {tag} in {:.0}s{}",
+                    "built {} in {:.0}s{}",
+                    crate::output::escaped(tag),
                     took.as_secs_f64(),
-                    size_of(&docker, tag).await
+                    crate::output::escaped(size_of(&docker, tag).await)
                 ),
                 Err(e) => {
                     failed += 1;
-                    errln!("agentbox: error: {tag}: {e}");
+                    errln!(
+                        "agentbox: error: {}: {}",
+                        crate::output::escaped(tag),
+                        crate::output::escaped(&e)
+                    );
                 }
             }
         }
@@ -104,7 +109,7 @@ async fn build(args: ImageBuildArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                 "built {} in {:.0}s{}",
                 known.tag,
                 started.elapsed().as_secs_f64(),
-                size_of(&docker, known.tag).await
+                crate::output::escaped(size_of(&docker, known.tag).await)
             );
         }
     }
@@ -131,8 +136,11 @@ async fn list() -> anyhow::Result<u8> {
             }
             None => "missing".to_string(),
         };
-        outln!("{:<9} {:<20} {state}", k.name, k.tag);
-        outln!("          packages: {}", k.package_list().join(" "));
+        outln!("{:<9} {:<20} {}", k.name, k.tag, crate::output::escaped(&state));
+        outln!(
+            "          packages: {}",
+            crate::output::escaped(k.package_list().join(" "))
+        );
     }
     Ok(0)
 }

@@ -37,7 +37,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
     };
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
-        errln!("agentbox: WARNING: {warning}");
+        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let timeout = cfg.command_timeout_for(&sandbox.info().image);
     let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
@@ -51,9 +51,9 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     errln!(
         "agentbox: MCP server on stdio; sandbox {} ({}) on {}",
-        sandbox.info().session,
-        sandbox.info().image,
-        args.project.display()
+        crate::output::escaped(&sandbox.info().session),
+        crate::output::escaped(&sandbox.info().image),
+        crate::output::escaped(args.project.display())
     );
     let server = Server::new(Tools {
         sandbox,
@@ -95,7 +95,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         for p in stopped.iter().filter(|p| p.stopped.as_deref() == why) {
             errln!(
                 "agentbox: background process {} `{}` stopped at the end of the session",
-                p.id,
+                crate::output::escaped(&p.id),
                 crate::events::for_terminal(&p.label(100))
             );
         }
@@ -111,12 +111,15 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                 }
                 errln!(
                     "agentbox: {} untouched; {} file(s) changed in the copy; patch: {}",
-                    args.project.display(),
+                    crate::output::escaped(args.project.display()),
                     p.changed,
-                    p.path.display()
+                    crate::output::escaped(p.path.display())
                 );
             }
-            Err(e) => errln!("agentbox: cannot tell what changed in the copy: {e}"),
+            Err(e) => errln!(
+                "agentbox: cannot tell what changed in the copy: {}",
+                crate::output::escaped(&e)
+            ),
         }
     }
     server.sandbox().shutdown().await?;
@@ -127,7 +130,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         errln!(
             "agentbox: sandbox removed; {} path(s) changed in {}",
             check.changes.paths.len(),
-            args.project.display()
+            crate::output::escaped(args.project.display())
         );
     }
     served?;

@@ -89,7 +89,10 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
 pub fn print_report(report: &Report, json: bool, secrets: Vec<String>) -> anyhow::Result<()> {
     let redactor = Redactor::new(secrets);
     if json {
-        outln!("{}", redactor.redact(&serde_json::to_string_pretty(report)?));
+        outln!(
+            "{}",
+            crate::output::Escaped::json(&redactor.redact(&serde_json::to_string_pretty(report)?))
+        );
     } else {
         out!("{}", for_terminal(&redactor.redact(&report.render(200))));
     }

@@ -76,14 +76,14 @@ pub async fn interactive(
         }
     };
     for warning in crate::image::toolchain_warnings(&cfg.image, project).await {
-        errln!("agentbox: WARNING: {warning}");
+        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let name = prompt_name(project);
     errln!(
         "agentbox: a shell in sandbox {} ({}), the project {}at /workspace, no network. Leave with \
          `exit` or Ctrl-D; the sandbox is then removed.",
-        sandbox.info().session,
-        sandbox.info().image,
+        crate::output::escaped(&sandbox.info().session),
+        crate::output::escaped(&sandbox.info().image),
         if options.read_only {
             "read-only "
         } else if copy.is_some() {
@@ -128,7 +128,7 @@ pub async fn interactive(
         }
         Ended::HungUp => 129,
         Ended::Signalled(name, code) => {
-            errln!("agentbox: {name} received; the shell was ended");
+            errln!("agentbox: {} received; the shell was ended", name);
             code
         }
     };
@@ -143,13 +143,16 @@ pub async fn interactive(
             }
             errln!(
                 "agentbox: sandbox removed; {} untouched; {} file{} changed in the copy; patch: {} (apply with `git apply`)",
-                project.display(),
+                crate::output::escaped(project.display()),
                 p.changed,
                 if p.changed == 1 { "" } else { "s" },
-                p.path.display()
+                crate::output::escaped(p.path.display())
             );
         }
-        Some(Err(e)) => errln!("agentbox: sandbox removed; cannot tell what changed in the copy: {e}"),
+        Some(Err(e)) => errln!(
+            "agentbox: sandbox removed; cannot tell what changed in the copy: {}",
+            crate::output::escaped(&e)
+        ),
     }
     if check.is_some_and(|c| c.unresolved) {
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
@@ -158,29 +161,32 @@ pub async fn interactive(
 }
 
 /// The one line said on leaving: what changed in the project, by the host's own scan.
-fn summary(project: &Path, read_only: bool, check: Option<&crate::sandbox::hostscan::HostCheck>) -> String {
+fn summary(
+    project: &Path,
+    read_only: bool,
+    check: Option<&crate::sandbox::hostscan::HostCheck>,
+) -> crate::output::Escaped {
     let Some(check) = check else {
-        return "sandbox removed".into();
+        return crate::escaped!("sandbox removed");
     };
     let paths = &check.changes.paths;
-    let shown: Vec<String> = paths
-        .iter()
-        .take(5)
-        .map(|p| crate::events::for_terminal(&p.display().to_string()))
-        .collect();
+    let shown: Vec<String> = paths.iter().take(5).map(|p| p.display().to_string()).collect();
     let more = if paths.len() > shown.len() || check.changes.incomplete {
         ", ..."
     } else {
         ""
     };
+    let project = crate::output::escaped(project.display());
     match paths.len() {
-        0 if read_only => format!("sandbox removed; {} was mounted read-only", project.display()),
-        0 => format!("sandbox removed; nothing changed in {}", project.display()),
-        n => format!(
-            "sandbox removed; {n} path{} changed in {}: {}{more}",
+        0 if read_only => crate::escaped!("sandbox removed; {} was mounted read-only", project),
+        0 => crate::escaped!("sandbox removed; nothing changed in {}", project),
+        n => crate::escaped!(
+            "sandbox removed; {} path{} changed in {}: {}{}",
+            n,
             if n == 1 { "" } else { "s" },
-            project.display(),
-            shown.join(", ")
+            project,
+            crate::output::escaped(shown.join(", ")),
+            more
         ),
     }
 }
@@ -270,7 +276,7 @@ async fn attach_terminal(
     };
     tokio::pin!(deadline);
     let mut stdin_open = true;
-    let mut stdout = std::io::stdout();
+    let mut stdout = crate::output::terminal_for_the_sandbox();
     let mut early = None;
     loop {
         tokio::select! {

@@ -16,6 +16,7 @@
 //! - and the test configuration, which is test code too: [`test_config`] lists it.
 
 pub mod declared;
+pub mod defs;
 pub mod detect;
 pub mod ini;
 pub mod results;

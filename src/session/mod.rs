@@ -1,7 +1,7 @@
 //! One agent session: a model client, a sandbox on the project, the tools, the event sinks.
 //! Shared by `run`, `chat` and `demo`.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,6 +72,7 @@ impl Session {
             events: self.events.as_ref(),
             config: self.agent_config.clone(),
             system: self.system.clone(),
+            watch: None,
         }
     }
 
@@ -84,6 +85,12 @@ impl Session {
     /// Work on `task`: see [`work`].
     pub async fn work(&self, task: &str) -> (LoopResult, u32) {
         work(&self.agent(), &self.aids, task, self.before_runs()).await
+    }
+
+    /// [`Session::work`] on a project that changed since the tests ran before the first turn
+    /// (`auto`'s loop after repair kept a candidate): `--prime` runs them again.
+    pub async fn work_changed(&self, task: &str) -> (LoopResult, u32) {
+        work(&self.agent(), &self.aids, task, None).await
     }
 
     /// The verdict before any test ran: every command, none run yet.
@@ -295,10 +302,63 @@ impl Session {
     }
 }
 
-/// Work on `task` from a fresh conversation: primed if asked, and again from a reset project
-/// (hotter) while the tests fail and attempts are left. Returns the last attempt's stop, with
-/// steps and usage summed over all attempts, and how many attempts ran.
-/// `before`: the tests as they ran before the first turn, for `--prime` to show.
+/// Checkpoints of the project the loop keeps (`baseline::checkpoint`): where it started (for
+/// `auto`, with repair's best candidate in it) and the best state seen since.
+const LOOP_START: &str = "loop-start";
+const LOOP_BEST: &str = "loop-best";
+
+/// The best state the loop's attempts reached: the fewest failing tests seen in any test run
+/// (a run that does not even collect counts as every test failing), kept as a checkpoint.
+struct Best<'a> {
+    sandbox: &'a dyn crate::sandbox::Sandbox,
+    timeout: std::time::Duration,
+    seen: tokio::sync::Mutex<Option<crate::tools::tally::Tally>>,
+}
+
+impl Best<'_> {
+    /// Whether `now` has fewer failing tests than the best so far (and if so, it is the best).
+    async fn offer(&self, now: Option<crate::tools::tally::Tally>) -> bool {
+        let Some(now) = now else { return false };
+        let mut seen = self.seen.lock().await;
+        let better = match &*seen {
+            None => true,
+            Some(best) => now.failing_score() < best.failing_score(),
+        };
+        if better
+            && baseline::checkpoint(self.sandbox, self.timeout, LOOP_BEST)
+                .await
+                .is_ok()
+        {
+            *seen = Some(now);
+            return true;
+        }
+        false
+    }
+}
+
+#[async_trait]
+impl crate::agent::TestWatch for Best<'_> {
+    async fn tests_ran(&self, tally: Option<crate::tools::tally::Tally>) {
+        self.offer(tally).await;
+    }
+}
+
+/// Whether the task asks for code to go (so that `write_file` may drop definitions).
+fn asks_for_removal(task: &str) -> bool {
+    let t = task.to_lowercase();
+    [
+        "remove", "delete", "drop ", "rename", "move ", "split", "merge", "rewrite", "replace", "refactor",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
+
+/// Work on `task` from a fresh conversation: primed if asked, and again from the state it
+/// started from (hotter) while the tests fail and attempts are left. When the tests still fail
+/// at the end, the project is left at the best state any attempt reached, not the last. Returns
+/// the last attempt's stop, with steps and usage summed over all attempts, and how many
+/// attempts ran. `before`: the tests as they ran before the first turn, for `--prime` to show
+/// (`None` when the project changed since).
 pub async fn work(
     base: &Agent<'_>,
     aids: &crate::config::Aids,
@@ -308,8 +368,35 @@ pub async fn work(
     let mut steps = 0;
     let mut usage = crate::model::Usage::default();
     let mut attempt = 1;
+    let mut tool_settings = base.ctx.settings.clone();
+    tool_settings.removal_asked = asks_for_removal(task);
+    let timeout = tool_settings.command_timeout;
+    let best = Best {
+        sandbox: base.ctx.sandbox,
+        timeout,
+        seen: tokio::sync::Mutex::new(None),
+    };
+    // Where each attempt starts; without it, the session's baseline.
+    let start = baseline::checkpoint(base.ctx.sandbox, timeout, LOOP_START)
+        .await
+        .is_ok();
+    if !tool_settings.test_commands.is_empty() {
+        let ctx = ToolContext {
+            settings: &tool_settings,
+            ..base.ctx
+        };
+        best.offer(
+            ctx.run_tests()
+                .await
+                .ok()
+                .and_then(|r| crate::tools::tally::tally_runs(&r)),
+        )
+        .await;
+    }
     loop {
         let mut agent = base.clone();
+        agent.ctx.settings = &tool_settings;
+        agent.watch = Some(&best);
         if attempt > 1 {
             agent.config.temperature = Some(aids.retry_temperature);
         }
@@ -327,7 +414,19 @@ pub async fn work(
             steps,
             usage,
         };
-        if attempt >= aids.attempts || matches!(result.stop, Stop::Fatal(_)) || tests_pass(&agent.ctx).await {
+        if matches!(result.stop, Stop::Fatal(Fatal::Sandbox(_))) {
+            return (done, attempt);
+        }
+        let end = agent.ctx.run_tests().await.ok();
+        if end.as_ref().is_some_and(|runs| all_passed(runs)) || agent.ctx.settings.test_commands.is_empty() {
+            return (done, attempt);
+        }
+        let end_tally = end.as_ref().and_then(|r| crate::tools::tally::tally_runs(r));
+        let improved = best.offer(end_tally.clone()).await;
+        if attempt >= aids.attempts || matches!(result.stop, Stop::Fatal(_)) {
+            if !improved {
+                keep_best(&agent, &best, end_tally.as_ref()).await;
+            }
             return (done, attempt);
         }
         agent.events.emit(&Event::Note {
@@ -335,7 +434,12 @@ pub async fn work(
                 "attempt {attempt} left the tests failing: resetting the project and starting over"
             ),
         });
-        if let Err(e) = baseline::reset(agent.ctx.sandbox, agent.ctx.settings.command_timeout).await {
+        let reset = if start {
+            baseline::restore(agent.ctx.sandbox, timeout, LOOP_START).await
+        } else {
+            baseline::reset(agent.ctx.sandbox, timeout).await
+        };
+        if let Err(e) = reset {
             agent.events.emit(&Event::Note {
                 message: format!("cannot start over: {e}"),
             });
@@ -345,9 +449,25 @@ pub async fn work(
     }
 }
 
-/// No test command counts as passing: there is nothing to retry for.
-async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
-    ctx.run_tests().await.is_ok_and(|runs| all_passed(&runs))
+/// The attempts are over with the tests failing (`end`, counted): if an earlier state had
+/// fewer failing tests, put the project back to it.
+async fn keep_best(agent: &Agent<'_>, best: &Best<'_>, end: Option<&crate::tools::tally::Tally>) {
+    let seen = best.seen.lock().await;
+    let Some(kept) = seen.as_ref() else { return };
+    let worse = end.is_none_or(|e| kept.failing_score() < e.failing_score());
+    if !worse {
+        return;
+    }
+    let message =
+        match baseline::restore(agent.ctx.sandbox, agent.ctx.settings.command_timeout, LOOP_BEST).await {
+            Ok(()) => format!(
+                "the attempt ended with {}; the project is left at the best state it reached ({})",
+                end.map_or_else(|| "tests that could not be counted".to_string(), |e| e.describe()),
+                kept.describe()
+            ),
+            Err(e) => format!("cannot go back to the best state the attempt reached: {e}"),
+        };
+    agent.events.emit(&Event::Note { message });
 }
 
 /// Prints what is about to happen and asks: yes, no, always (for this session, for this kind
@@ -384,17 +504,16 @@ impl Approver for TerminalApprover {
         let stop = StopOnDrop::default();
         let flag = stop.0.clone();
         let answer = tokio::task::spawn_blocking(move || {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(
-                err,
-                "{prompt}allow? [y]es, [N]o, [a]lways for {kind} this session, [w]hy not (no, and tell the model why): "
-            );
-            let _ = err.flush();
+            let mut err = crate::output::StderrHeld::lock();
+            err.write(&crate::escaped!(
+                "{}allow? [y]es, [N]o, [a]lways for {} this session, [w]hy not (no, and tell the model why): ",
+                prompt,
+                crate::output::escaped(kind)
+            ));
             let line = read_stdin_line(&flag)?;
             let choice = line.trim().to_ascii_lowercase();
             if matches!(choice.as_str(), "w" | "why") {
-                let _ = write!(err, "tell the model why: ");
-                let _ = err.flush();
+                err.write(&crate::escaped!("tell the model why: "));
                 let why = read_stdin_line(&flag).unwrap_or_default();
                 return Some((choice, Some(why.trim().to_string()).filter(|w| !w.is_empty())));
             }
