@@ -385,13 +385,16 @@ pub async fn work(
             settings: &tool_settings,
             ..base.ctx
         };
-        best.offer(
-            ctx.run_tests()
+        // The tests before the first turn, when they are the project's state now.
+        let now = match before {
+            Some(runs) => crate::tools::tally::tally_runs(runs),
+            None => ctx
+                .run_tests()
                 .await
                 .ok()
                 .and_then(|r| crate::tools::tally::tally_runs(&r)),
-        )
-        .await;
+        };
+        best.offer(now).await;
     }
     loop {
         let mut agent = base.clone();
