@@ -18,8 +18,10 @@ image profile="release":
 
 # The main job: the agent fixes the bundled example. With an API key, that model; without one,
 # the local model, set up and served on first use (scripts/demo); `just demo --replay` replays
-# a recorded script instead (CI, or a machine that cannot take the 1.1 GB download).
-demo *args: image
+# a recorded script instead (CI, or a machine that cannot take the 1.1 GB download). Only the
+# image the example needs is built (python); the others are built on first use.
+demo *args: build
+    scripts/ensure-image {{bin}} python
     scripts/demo {{bin}} {{args}}
 
 # Every test: unit, and integration against the real Docker daemon and image (the MCP tests'

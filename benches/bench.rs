@@ -471,6 +471,7 @@ async fn load_child(n: usize) {
                     ..Default::default()
                 },
                 system: String::new(),
+                watch: None,
             };
             let mut messages = vec![Message::user_text("go")];
             let r = agent.run(&mut messages).await;
@@ -743,6 +744,7 @@ async fn agent_run(sb: &DockerSandbox, settings: &ToolSettings, calls: &[serde_j
             ..Default::default()
         },
         system: String::new(),
+        watch: None,
     };
     let mut messages = vec![Message::user_text("go")];
     let t = Instant::now();

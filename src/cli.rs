@@ -390,12 +390,19 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidate_jobs: u32,
 
-    /// With --strategy repair or auto: how the model returns its files: `text` (each file's
-    /// path, then the whole file in a fenced code block) or `tools` (write_file calls). A 1.5B
-    /// model asked for tool calls wrote junk for content (the file's name) where, asked for
-    /// text, it wrote the fixed file.
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = RepairReply::Text)]
-    pub repair_reply: RepairReply,
+    /// With --strategy repair or auto: how the model returns its changes: `text` (each file's
+    /// path, then the whole file in a fenced code block), `blocks` (search/replace blocks:
+    /// only the lines that change), or `tools` (write_file calls). A 1.5B model asked for
+    /// tool calls wrote junk for content (the file's name) where, asked for text, it wrote the
+    /// fixed file [default: text].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub repair_reply: Option<RepairReply>,
+
+    /// With --strategy repair or auto: rounds of candidates. When no candidate passes but the
+    /// best one makes some failing tests pass and breaks none, the next round starts from it,
+    /// with the tests that still fail (a round without such progress is the last).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub repair_rounds: u32,
 
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
     /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3,
@@ -472,6 +479,8 @@ pub enum RepairReply {
     Text,
     /// `write_file` calls (tool calls), one per file.
     Tools,
+    /// Search/replace blocks: each change's file, the lines as they are, and what replaces them.
+    Blocks,
 }
 
 impl Strategy {

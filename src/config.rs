@@ -456,6 +456,8 @@ pub struct RepairSettings {
     pub candidates: u32,
     pub candidate_jobs: u32,
     pub reply: crate::cli::RepairReply,
+    /// Rounds of candidates, each from the best partial fix of the round before.
+    pub rounds: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -539,7 +541,8 @@ impl AgentSettings {
             repair: RepairSettings {
                 candidates: args.candidates,
                 candidate_jobs: args.candidate_jobs,
-                reply: args.repair_reply,
+                reply: args.repair_reply.unwrap_or_default(),
+                rounds: args.repair_rounds,
             },
             aids: Aids {
                 prime: args.prime || small,

@@ -318,10 +318,8 @@ impl EventSink for Printer {
             Event::Candidate { candidate: c } => {
                 let _ = writeln!(
                     out,
-                    "agentbox: candidate {} (temperature {}): {}{}",
-                    c.number,
-                    c.temperature,
-                    c.verdict.as_str(),
+                    "agentbox: {}{}",
+                    c.headline(),
                     if c.files.is_empty() {
                         String::new()
                     } else {

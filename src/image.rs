@@ -52,6 +52,9 @@ pub struct KnownImage {
     /// 8 to 14 s, `go test` of a one-file module 68 to 131 s (Go compiles its standard library
     /// into GOCACHE on first use); projects with dependencies take longer.
     pub command_timeout: Duration,
+    /// Its size once built, in MB (`docker images`, built offline from Debian trixie): what a
+    /// first use that has to build it says to expect.
+    pub approx_mb: u32,
 }
 
 pub const KNOWN: &[KnownImage] = &[
@@ -62,6 +65,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/python/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(120),
+        approx_mb: 429,
     },
     KnownImage {
         name: "node",
@@ -70,6 +74,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/node/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(120),
+        approx_mb: 609,
     },
     KnownImage {
         name: "rust",
@@ -78,6 +83,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/rust/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(600),
+        approx_mb: 877,
     },
     KnownImage {
         name: "go",
@@ -86,6 +92,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/go/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(600),
+        approx_mb: 663,
     },
     KnownImage {
         name: "polyglot",
@@ -94,6 +101,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/polyglot/packages"),
         includes: &["python", "node", "rust", "go"],
         command_timeout: Duration::from_secs(600),
+        approx_mb: 1340,
     },
 ];
 
@@ -253,15 +261,37 @@ pub async fn ensure_image(
                 p(line)
             }
         };
-        return build_with_docker(docker, known, cleanup, &shared)
-            .await
-            .map_err(|e| {
-                missing(format!(
-                    " and building it through Docker failed ({}); {}",
-                    first_line(&e.to_string()),
-                    build_hint(known)
-                ))
-            });
+        let through_docker = match build_with_docker(docker, known, cleanup, &shared).await {
+            Ok(()) => return Ok(()),
+            Err(e) => first_line(&e.to_string()).to_string(),
+        };
+        // No registry (the base image cannot be pulled): build it from Debian packages, as
+        // `agentbox image build NAME --offline` would, when mmdebstrap is there to do it.
+        if which("mmdebstrap").is_none() {
+            return Err(missing(format!(
+                " and building it through Docker failed ({through_docker}); {}",
+                build_hint(known)
+            )));
+        }
+        shared(&format!(
+            "building it through Docker failed ({through_docker}): building {image} from Debian \
+             packages instead (about {} MB; on 2 cores a few minutes; `agentbox image build {} --offline` \
+             builds it ahead of time)",
+            known.approx_mb, known.name
+        ));
+        let built = build_offline(docker, &[known], None, cleanup, &shared).await;
+        return match built.map(|b| b.into_iter().next().map(|b| b.result)) {
+            Ok(Some(Ok(took))) => {
+                shared(&format!("built {image} in {:.0}s", took.as_secs_f64()));
+                Ok(())
+            }
+            Ok(Some(Err(e))) | Err(e) => Err(missing(format!(
+                " and building it failed, through Docker ({through_docker}) and from Debian packages ({}); {}",
+                first_line(&e.to_string()),
+                build_hint(known)
+            ))),
+            Ok(None) => Err(missing(format!(" and building it failed ({through_docker})"))),
+        };
     }
     progress(&format!("image {image} is missing; pulling it"));
     match pull(docker, image, progress).await {

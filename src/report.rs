@@ -233,11 +233,72 @@ pub struct Report {
 pub struct CandidateReport {
     /// 1 for the first (temperature 0); the winner is the lowest-numbered that passed.
     pub number: u32,
+    /// The round it belongs to (`--repair-rounds`): round 2 starts from round 1's best.
+    #[serde(default = "first_round")]
+    pub round: u32,
     pub temperature: f32,
     pub verdict: CandidateVerdict,
     pub files: Vec<String>,
     /// Why it was discarded, or the end of its failing test output.
     pub detail: String,
+    /// Its tests, as counted from the runner's summary (when it could be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests_passed: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests_failed: Option<u32>,
+    /// The best of its round without passing: fewer failing tests than the round started with
+    /// and none newly failing. The next round starts from it; with no winner, the project is
+    /// left with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
+}
+
+fn first_round() -> u32 {
+    1
+}
+
+impl CandidateReport {
+    /// A candidate with a verdict and nothing counted.
+    pub fn new(number: u32, round: u32, temperature: f32, verdict: CandidateVerdict) -> Self {
+        CandidateReport {
+            number,
+            round,
+            temperature,
+            verdict,
+            files: Vec::new(),
+            detail: String::new(),
+            tests_passed: None,
+            tests_failed: None,
+            kept: false,
+        }
+    }
+
+    /// "candidate 3 (round 2, temperature 0.7): failed, 4 of 5 tests pass, kept", without its
+    /// files: each report adds them its own way.
+    pub fn headline(&self) -> String {
+        let round = if self.round > 1 {
+            format!("round {}, ", self.round)
+        } else {
+            String::new()
+        };
+        let mut s = format!(
+            "candidate {} ({round}temperature {}): {}",
+            self.number,
+            self.temperature,
+            self.verdict.as_str()
+        );
+        if self.verdict == CandidateVerdict::Failed {
+            match (self.tests_passed, self.tests_failed) {
+                (Some(p), Some(f)) => s.push_str(&format!(", {p} of {} tests pass", p + f)),
+                (None, Some(f)) => s.push_str(&format!(", {f} test(s) fail")),
+                _ => {}
+            }
+        }
+        if self.kept {
+            s.push_str(", kept (the best of its round)");
+        }
+        s
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -256,6 +317,8 @@ pub enum CandidateVerdict {
     Unchanged,
     /// Discarded: it wrote a path outside the project (or an invalid one).
     Outside,
+    /// Discarded: none of its search/replace blocks matched the files (`--repair-reply blocks`).
+    Unmatched,
     /// Its sandbox or the model failed.
     Error,
 }
@@ -269,6 +332,7 @@ impl CandidateVerdict {
             CandidateVerdict::Unparsable => "discarded: no usable file",
             CandidateVerdict::Unchanged => "discarded: changes nothing",
             CandidateVerdict::Outside => "discarded: a path outside the project",
+            CandidateVerdict::Unmatched => "discarded: no block matched the files",
             CandidateVerdict::Error => "error",
         }
     }
@@ -280,6 +344,7 @@ impl CandidateVerdict {
                 | CandidateVerdict::Unparsable
                 | CandidateVerdict::Unchanged
                 | CandidateVerdict::Outside
+                | CandidateVerdict::Unmatched
         )
     }
 }
@@ -376,10 +441,8 @@ impl Report {
         }
         for c in &self.candidates {
             s.push_str(&format!(
-                "  candidate {} (T={}): {}{}\n",
-                c.number,
-                c.temperature,
-                c.verdict.as_str(),
+                "  {}{}\n",
+                c.headline(),
                 if c.files.is_empty() {
                     String::new()
                 } else {

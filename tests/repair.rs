@@ -664,3 +664,339 @@ async fn a_candidate_still_being_asked_for_when_an_earlier_one_passes_is_not_wai
     // It was asked for (sampling overlaps validation), then dropped.
     assert_eq!(server.requests().len(), 2);
 }
+
+// Two independent bugs, as the demo has: `days_late` one day off, `fee` halving to a float.
+const FEES: &str = "def days_late(due, returned):\n    \"\"\"Whole days after the due date.\"\"\"\n    total = max(returned - due + 1, 0)\n    return total\n\n\ndef fee(days, member=False):\n    \"\"\"25 cents a day; members pay half, in whole cents.\"\"\"\n    total = days * 25\n    if member:\n        total = total / 2\n    return total\n";
+const FEES_TESTS: &str = "from fees import days_late, fee\n\n\ndef test_on_time():\n    assert days_late(10, 10) == 0\n\n\ndef test_three_days():\n    assert days_late(10, 13) == 3\n\n\ndef test_fee():\n    assert fee(3) == 75\n\n\ndef test_member_pays_half_in_cents():\n    assert fee(3, member=True) == 37\n";
+
+fn fees() -> Project {
+    Project::new(&[("fees.py", FEES), ("test_fees.py", FEES_TESTS)])
+}
+
+/// A reply of search/replace blocks for fees.py.
+fn blocks(changes: &[(&str, &str)]) -> Value {
+    let text: String = changes
+        .iter()
+        .map(|(old, new)| format!("fees.py\n<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE\n\n"))
+        .collect();
+    json!({ "text": text })
+}
+
+const DAYS_BUG: &str = "    total = max(returned - due + 1, 0)\n";
+const DAYS_FIX: &str = "    total = max(returned - due, 0)\n";
+const HALF_BUG: &str = "        total = total / 2\n";
+const HALF_FIX: &str = "        total = total // 2\n";
+
+fn candidates_of(run: &Run) -> Vec<Value> {
+    report(run)["candidates"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_keeps_a_partial_candidate_and_the_next_round_completes_it() {
+    let p = fees();
+    let out = run(
+        &p,
+        json!([blocks(&[(DAYS_BUG, DAYS_FIX)]), blocks(&[(HALF_BUG, HALF_FIX)])]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-reply",
+            "blocks",
+            "--candidates",
+            "1",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    assert_eq!(verdicts(&out), ["failed", "passed"], "{}", out.stderr);
+    assert_eq!(
+        (c[0]["round"].as_u64(), c[1]["round"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(c[0]["kept"], true, "{c:?}");
+    assert_eq!(
+        (c[0]["tests_passed"].as_u64(), c[0]["tests_failed"].as_u64()),
+        (Some(3), Some(1))
+    );
+    // Round 2 was shown round 1's fix and only the test that still failed.
+    let requests: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .collect();
+    assert_eq!(requests.len(), 2, "{}", out.stderr);
+    let second = requests[1]["request"]["messages"][0].to_string();
+    assert!(
+        second.contains("fixed part of it")
+            && second.contains("1 of 4 tests pass before, 3 of 4 tests pass now")
+            && second.contains("total = max(returned - due, 0)"),
+        "{second}"
+    );
+    assert!(
+        second.contains("test_member_pays_half_in_cents")
+            && !second.contains("FAILED test_fees.py::test_on_time"),
+        "{second}"
+    );
+    assert_eq!(
+        p.read("fees.py"),
+        FEES.replace(DAYS_BUG, DAYS_FIX).replace(HALF_BUG, HALF_FIX)
+    );
+    assert!(out.stderr.contains("round 2 starts from it"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("candidate 2 (round 2, temperature 0): passed"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_breaks_a_passing_test_is_not_kept() {
+    let p = fees();
+    // Candidate 1 fixes days_late and breaks `fee` (2 failing instead of 3, but test_fee passed
+    // before); candidate 2 fixes only days_late (1 failing): round 2 starts from candidate 2.
+    let breaks = blocks(&[
+        (DAYS_BUG, DAYS_FIX),
+        ("    total = days * 25\n", "    total = days * 20\n"),
+    ]);
+    let out = run(
+        &p,
+        json!([breaks, blocks(&[(DAYS_BUG, DAYS_FIX)]), {"text": "I cannot tell."}, {"text": "Nor can I."}]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-reply",
+            "blocks",
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "1",
+            "--repair-rounds",
+            "2",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    assert_eq!(verdicts(&out)[..2], ["failed", "failed"], "{}", out.stderr);
+    assert_eq!(c[0]["tests_failed"], 2, "{c:?}");
+    assert!(c[0].get("kept").is_none(), "it broke test_fee: {c:?}");
+    assert_eq!(c[1]["kept"], true, "{c:?}");
+    assert!(c.iter().skip(2).all(|c| c["round"] == 2), "{c:?}");
+    // No candidate passed: the project keeps the best partial fix, and says so.
+    assert_eq!(p.read("fees.py"), FEES.replace(DAYS_BUG, DAYS_FIX));
+    let summary = report(&out)["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.contains("the best, candidate 2, fixed part of it and was kept (3 of 4 tests pass)"),
+        "{summary}"
+    );
+    assert_eq!(report(&out)["tests"]["passed"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_replace_blocks_apply_exactly_or_tolerantly_and_never_guess() {
+    let p = fees();
+    // Candidate 1: a block that matches two places (`return total` ends both functions), and
+    // one whose text is not in the file.
+    let refused = blocks(&[
+        ("    return total\n", "    return int(total)\n"),
+        ("    return days * 30\n", "    return 0\n"),
+    ]);
+    // Candidate 2: the days fix copied without its indentation and with the docstring line
+    // left out (tolerant), the halving exactly.
+    let tolerant = blocks(&[
+        (
+            "def days_late(due, returned):\ntotal = max(returned - due + 1, 0)\n",
+            "def days_late(due, returned):\n    total = max(returned - due, 0)\n",
+        ),
+        (HALF_BUG, HALF_FIX),
+    ]);
+    let out = run(
+        &p,
+        json!([refused, tolerant, {"text": "never asked for"}]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-reply",
+            "blocks",
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    assert_eq!(verdicts(&out)[..2], ["unmatched", "passed"], "{}", out.stderr);
+    let detail = c[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("block 1 (fees.py): refused: its SEARCH text matches 2 places (lines 4, 12)")
+            && detail.contains("block 2 (fees.py): refused: its SEARCH text is not in the file"),
+        "{detail}"
+    );
+    let fixed = p.read("fees.py");
+    assert!(
+        fixed.starts_with(
+            "def days_late(due, returned):\n    total = max(returned - due, 0)\n    return total\n\n\ndef fee"
+        ),
+        "the located lines replaced by the REPLACE text as written: {fixed}"
+    );
+    assert!(fixed.contains(HALF_FIX), "{fixed}");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_file_refuses_a_name_numbered_lines_and_a_fragment_with_errors_the_model_can_act_on() {
+    let p = fees();
+    let numbered: String = FEES
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{:>6}\t{l}\n", i + 1))
+        .collect();
+    let fixed = FEES.replace(DAYS_BUG, DAYS_FIX).replace(HALF_BUG, HALF_FIX);
+    let out = run(
+        &p,
+        json!([
+            candidate(&[write("fees.py", "fees.py")]),
+            candidate(&[write("fees.py", &numbered)]),
+            candidate(&[write("fees.py", "total = 37\n")]),
+            candidate(&[write("fees.py", &fixed)]),
+            {"text": "done"}
+        ]),
+        &["--edit-format", "whole"],
+    )
+    .await;
+    let (_, name, is_error) = out.result(0);
+    assert!(is_error && name.contains("only the file's name"), "{name}");
+    let (_, lines, is_error) = out.result(1);
+    assert!(is_error && lines.contains("read_file's line numbers"), "{lines}");
+    let (_, fragment, is_error) = out.result(2);
+    assert!(
+        is_error
+            && fragment.contains(
+                "this would delete `days_late`, `fee` (2 of the 2 top-level definitions of fees.py)"
+            ),
+        "{fragment}"
+    );
+    let (_, wrote, is_error) = out.result(3);
+    assert!(!is_error, "{wrote}");
+    assert_eq!(p.read("fees.py"), fixed);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_loop_ends_with_the_tests_failing_the_project_is_left_at_its_best_state() {
+    let p = fees();
+    let edit = |old: &str, new: &str| call("edit_file", json!({"path": "fees.py", "old": old, "new": new}));
+    let out = run(
+        &p,
+        json!([
+            {"tool_calls": [edit(DAYS_BUG, DAYS_FIX)]},
+            {"tool_calls": [call("run_tests", json!({}))]},
+            // Then it breaks the module: the tests do not even collect.
+            {"tool_calls": [edit("def fee(days, member=False):\n", "def fee(days, member=False)\n")]},
+            {"text": "done"}
+        ]),
+        &["--max-steps", "6"],
+    )
+    .await;
+    assert_eq!(
+        p.read("fees.py"),
+        FEES.replace(DAYS_BUG, DAYS_FIX),
+        "the state after the run_tests that counted 3 of 4 passing: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("the project is left at the best state it reached (3 of 4 tests pass)"),
+        "{}",
+        out.stderr
+    );
+    let r = report(&out);
+    assert_eq!(r["tests"]["passed"], false);
+    assert!(
+        r["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+    total = max(returned - due, 0)"),
+        "{r}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_attempt_and_the_end_go_back_to_the_start_not_to_worse() {
+    let p = fees();
+    let edit = |old: &str, new: &str| call("edit_file", json!({"path": "fees.py", "old": old, "new": new}));
+    // Each attempt breaks the module; neither runs the tests. The start (3 failing) beats a
+    // module that does not import (every test failing).
+    let out = run(
+        &p,
+        json!([
+            {"tool_calls": [edit("def fee(days, member=False):\n", "def fee(days member=False):\n")]},
+            {"text": "done"},
+            {"tool_calls": [edit("def days_late(due, returned):\n", "def days_late(due returned):\n")]},
+            {"text": "done"}
+        ]),
+        &["--attempts", "2", "--max-steps", "4"],
+    )
+    .await;
+    assert_eq!(p.read("fees.py"), FEES, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("resetting the project and starting over"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("the attempt ended with the tests do not even run"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_starts_the_loop_from_the_best_repair_candidate() {
+    let p = fees();
+    let out = run(
+        &p,
+        json!([
+            blocks(&[(DAYS_BUG, DAYS_FIX)]),
+            // The loop: only the second bug, on top of the kept candidate.
+            {"tool_calls": [call("edit_file", json!({"path": "fees.py", "old": HALF_BUG, "new": HALF_FIX}))]},
+            {"text": "fixed the halving"}
+        ]),
+        &[
+            "--strategy",
+            "auto",
+            "--repair-reply",
+            "blocks",
+            "--candidates",
+            "1",
+            "--repair-rounds",
+            "1",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    assert_eq!(verdicts(&out), ["failed"], "{}", out.stderr);
+    assert_eq!(c[0]["kept"], true);
+    let requests: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .collect();
+    let first_of_loop = requests[1]["request"]["messages"][0].to_string();
+    assert!(
+        first_of_loop.contains("(candidate 1) fixed part of it and is already applied")
+            && first_of_loop.contains("3 of 4 tests pass"),
+        "{first_of_loop}"
+    );
+    assert_eq!(
+        p.read("fees.py"),
+        FEES.replace(DAYS_BUG, DAYS_FIX).replace(HALF_BUG, HALF_FIX),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(report(&out)["tests"]["passed"], true);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}

@@ -101,6 +101,15 @@ pub struct Agent<'a> {
     pub events: &'a dyn EventSink,
     pub config: AgentConfig,
     pub system: String,
+    /// Told of every test run the loop sees: the model's `run_tests`, a `finish` checked.
+    pub watch: Option<&'a dyn TestWatch>,
+}
+
+/// What hears of the loop's test runs, counted (`None`: the runner's summary was not read):
+/// the session keeps the best state an attempt reached.
+#[async_trait::async_trait]
+pub trait TestWatch: Send + Sync {
+    async fn tests_ran(&self, tally: Option<crate::tools::tally::Tally>);
 }
 
 /// What makes two calls the same call, for the repeat guard.
@@ -364,6 +373,12 @@ impl Agent<'_> {
                     .await
             }
         };
+        if call.name == "run_tests"
+            && let (Some(watch), Dispatched::Output(content)) = (self.watch, &done)
+        {
+            let tally = crate::tools::tally::tally_rendered(content, &self.ctx.settings.test_commands);
+            watch.tests_ran(tally).await;
+        }
         if matches!(done, Dispatched::Finish { .. })
             && let Some(failure) = self.refuse_finish(state).await
         {
@@ -398,6 +413,9 @@ impl Agent<'_> {
             return None;
         }
         let runs = self.ctx.run_tests().await.ok()?;
+        if let Some(watch) = self.watch {
+            watch.tests_ran(crate::tools::tally::tally_runs(&runs)).await;
+        }
         if crate::tools::all_passed(&runs) {
             return None;
         }

@@ -214,8 +214,7 @@ fn task_details(r: &TaskResult, out: &OutDir) -> Markup {
                 ul {
                     @for c in &r.candidates {
                         li {
-                            "candidate " (c.number) " (temperature " (c.temperature) "): "
-                            b { (c.verdict.as_str()) }
+                            (c.headline())
                             @if !c.files.is_empty() { " · " code { (c.files.join(", ")) } }
                             @if !c.detail.is_empty() { pre.tests { (clip(&c.detail, 1500)) } }
                         }
@@ -443,11 +442,9 @@ mod tests {
             test_command: Some(hostile("test-command")),
             test_output: hostile("test-output"),
             candidates: vec![crate::report::CandidateReport {
-                number: 1,
-                temperature: 0.0,
-                verdict: crate::report::CandidateVerdict::Failed,
                 files: vec![hostile("candidate-file")],
                 detail: hostile("candidate-detail"),
+                ..crate::report::CandidateReport::new(1, 1, 0.0, crate::report::CandidateVerdict::Failed)
             }],
             ..TaskResult::for_test(&task)
         };

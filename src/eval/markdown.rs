@@ -59,10 +59,8 @@ fn task_section(r: &TaskResult) -> String {
     }
     for c in &r.candidates {
         s.push_str(&format!(
-            "- candidate {} (temperature {}): {}{}\n",
-            c.number,
-            c.temperature,
-            c.verdict.as_str(),
+            "- {}{}\n",
+            inline(&c.headline()),
             if c.files.is_empty() {
                 String::new()
             } else {

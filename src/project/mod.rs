@@ -14,6 +14,7 @@
 //! - every ecosystem: anything under a `tests/` or `test/` directory, and a task's own
 //!   `test_files` patterns.
 
+pub mod defs;
 pub mod detect;
 pub mod rust;
 pub mod setup;

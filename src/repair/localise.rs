@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use super::reply::FileWrite;
 use crate::project::is_test_file;
+use crate::tools::tally::{Tally, tally_runs};
 use crate::tools::{TestRun, ToolContext, all_passed, render_test_runs};
 use crate::workspace::Workspace;
 
@@ -34,6 +35,8 @@ pub struct Localised {
     pub failing: String,
     /// Whether the tests already pass (nothing to repair).
     pub tests_pass: bool,
+    /// The failing tests, counted (when the runner's summary could be read).
+    pub tally: Option<Tally>,
     /// In the order they are shown.
     pub shown: Vec<Shown>,
     /// Source files that did not fit the budget (or were too large), listed by name.
@@ -48,6 +51,34 @@ impl Localised {
             .filter(|s| !s.test)
             .map(|s| s.path.clone())
             .collect()
+    }
+
+    /// The prompt's view of the project with `files` written over it (a round that starts from
+    /// an earlier candidate), whose tests fail with `failing`.
+    pub fn with_files(&self, files: &[FileWrite], failing: &str, tally: Option<Tally>) -> Localised {
+        let shown = self
+            .shown
+            .iter()
+            .map(|s| match files.iter().find(|f| f.path == s.path) {
+                Some(f) => Shown {
+                    text: f.content.clone(),
+                    ..s.clone()
+                },
+                None => s.clone(),
+            })
+            .collect();
+        Localised {
+            failing: failing.to_string(),
+            tests_pass: false,
+            tally,
+            shown,
+            left_out: self.left_out.clone(),
+        }
+    }
+
+    /// The shown text of `path`, if it was shown.
+    pub fn text_of(&self, path: &str) -> Option<String> {
+        self.shown.iter().find(|s| s.path == path).map(|s| s.text.clone())
     }
 
     /// Whether `file` is a shown file given back as it was. Blank lines and trailing blanks do
@@ -76,15 +107,7 @@ pub async fn localise(ctx: &ToolContext<'_>, budget: usize) -> Localised {
         ctx.run_tests().await.unwrap_or_default()
     };
     let tests_pass = !runs.is_empty() && all_passed(&runs);
-    let mut failing = render_test_runs(&runs);
-    if failing.len() > MAX_FAILING_OUTPUT {
-        // The end says which assertion failed; keep it.
-        let cut = failing.len() - MAX_FAILING_OUTPUT;
-        let at = (cut..failing.len())
-            .find(|i| failing.is_char_boundary(*i))
-            .unwrap_or(cut);
-        failing = format!("[... {cut} bytes cut]\n{}", &failing[at..]);
-    }
+    let failing = failing_output(&runs);
     let listed = ws.list(".", 1000).await.map(|l| l.lines).unwrap_or_default();
     let mut files = Vec::new();
     let mut too_big = Vec::new();
@@ -112,9 +135,23 @@ pub async fn localise(ctx: &ToolContext<'_>, budget: usize) -> Localised {
     Localised {
         failing,
         tests_pass,
+        tally: tally_runs(&runs),
         shown,
         left_out,
     }
+}
+
+/// The test runs as the prompt shows them: the end kept, where the failing assertion is.
+pub fn failing_output(runs: &[TestRun]) -> String {
+    let failing = render_test_runs(runs);
+    if failing.len() <= MAX_FAILING_OUTPUT {
+        return failing;
+    }
+    let cut = failing.len() - MAX_FAILING_OUTPUT;
+    let at = (cut..failing.len())
+        .find(|i| failing.is_char_boundary(*i))
+        .unwrap_or(cut);
+    format!("[... {cut} bytes cut]\n{}", &failing[at..])
 }
 
 /// The files in the order they are shown, and the sources left out for the budget.

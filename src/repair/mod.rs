@@ -8,6 +8,7 @@
 //! asking for whole files with a few samples fixed 9 to 10 of them (`../shared/notes` in the
 //! issue). `auto` runs the loop on what repair leaves, with the candidates' test output.
 
+pub mod blocks;
 pub mod localise;
 pub mod reply;
 
@@ -25,6 +26,7 @@ use crate::model::{Message, ModelError, Request, ToolChoice, Turn, Usage};
 use crate::report::{CandidateReport, CandidateVerdict};
 use crate::sandbox::Sandbox;
 use crate::session::Session;
+use crate::tools::tally::{Tally, tally_runs};
 use crate::tools::{ToolContext, ToolRegistry, ToolSettings, all_passed, render_test_runs};
 use crate::workspace::{FsError, Workspace};
 use reply::FileWrite;
@@ -53,6 +55,18 @@ const SYSTEM: &str = "You fix bugs in code. You are given a task, the output of 
 const SYSTEM_TEXT: &str = " For each file you change, write its path on a line of its own, then the \
      whole file in a fenced code block.";
 const SYSTEM_TOOLS: &str = " Call write_file once for each file you change, with the whole file as content.";
+/// The system prompt for `--repair-reply blocks`: only the lines that change come back.
+const SYSTEM_BLOCKS: &str = "You fix bugs in code. You are given a task, the output of the project's failing \
+     tests, the test files and the source files. The tests are the specification: never change them. \
+     Find the bug, then reply with one search/replace block for each change, in this form:\n\n\
+     path/of/the/file.py\n\
+     <<<<<<< SEARCH\n\
+     the lines to change, copied exactly from the file\n\
+     =======\n\
+     the corrected lines\n\
+     >>>>>>> REPLACE\n\n\
+     Copy whole lines into SEARCH, with their indentation, and enough of them to find the place. \
+     Fix every bug the failing tests show; change as little as needed.";
 /// The reply's room beyond the files it may rewrite: a whole file comes back a little longer
 /// than it went out (JSON escapes, a fence, a changed line), and a reply that runs on past
 /// that is a runaway (one ran to 4 096 tokens, 7 minutes on 2 cores).
@@ -112,6 +126,9 @@ pub async fn work(session: &Session, settings: &AgentSettings, project: &Path, t
 #[derive(Default)]
 struct Repaired {
     winner: Option<u32>,
+    /// No candidate passed, and the best partial one (fewer failing tests, none newly failing)
+    /// was written into the session's sandbox: its number and what its tests say.
+    kept: Option<(u32, String)>,
     candidates: Vec<CandidateReport>,
     usage: Usage,
     /// Model requests made (the report's steps).
@@ -133,12 +150,13 @@ impl Repaired {
         }
     }
 
-    /// For the loop after failed candidates: what they tried and how their tests failed.
+    /// For the loop after failed candidates: what they tried and how their tests failed, and
+    /// which one the project now holds.
     fn context_for_loop(&self) -> String {
         let failed: Vec<String> = self
             .candidates
             .iter()
-            .filter(|c| c.verdict == CandidateVerdict::Failed)
+            .filter(|c| c.verdict == CandidateVerdict::Failed && !c.kept)
             .take(3)
             .map(|c| {
                 format!(
@@ -149,15 +167,68 @@ impl Repaired {
                 )
             })
             .collect();
+        let kept = match &self.kept {
+            Some((n, tests)) => format!(
+                "\n\nThe best earlier attempt (candidate {n}) fixed part of it and is already applied: \
+                 the project is in that state now ({tests}). Fix what is left; do not undo it."
+            ),
+            None => String::new(),
+        };
         if failed.is_empty() {
-            return String::new();
+            return kept;
         }
+        let state = if self.kept.is_some() {
+            "each tested apart"
+        } else {
+            "each tested apart; none was kept, the project is as it was"
+        };
         format!(
-            "\n\nEarlier attempts to fix this (each tested apart; none was kept, the project is as it \
-             was) did not make the tests pass:\n\n{}",
+            "{kept}\n\nEarlier attempts to fix this ({state}) did not make the tests pass:\n\n{}",
             failed.join("\n\n")
         )
     }
+}
+
+/// A candidate as judged: its report, the files it was tested with (the round's starting
+/// point with its own changes over it), and how its tests failed.
+struct Judged {
+    report: CandidateReport,
+    files: Vec<FileWrite>,
+    tally: Option<Tally>,
+    failing: String,
+}
+
+impl Judged {
+    fn discarded(report: CandidateReport) -> Judged {
+        Judged {
+            report,
+            files: Vec::new(),
+            tally: None,
+            failing: String::new(),
+        }
+    }
+
+    fn passed(&self) -> bool {
+        self.report.verdict == CandidateVerdict::Passed
+    }
+
+    /// Failed, but fewer failing tests than `from` and none newly failing.
+    fn progress_over(&self, from: &State) -> bool {
+        self.report.verdict == CandidateVerdict::Failed
+            && match (&self.tally, &from.tally) {
+                (Some(now), Some(then)) => now.improves_on(then),
+                _ => false,
+            }
+    }
+}
+
+/// Where a round starts: the files changed so far (none in round 1) and how the tests fail.
+struct State {
+    files: Vec<FileWrite>,
+    tally: Option<Tally>,
+    failing: String,
+    /// The candidate it came from.
+    from: Option<u32>,
 }
 
 /// Candidate sandboxes: the session's sandbox settings and image, a copy of the project each.
@@ -168,6 +239,79 @@ struct Validator<'a> {
     seed: tempfile::NamedTempFile,
     tool_settings: &'a ToolSettings,
     session: String,
+}
+
+/// `files` written over `base`: a later write of a path replaces the earlier one.
+fn merged(base: &[FileWrite], files: &[FileWrite]) -> Vec<FileWrite> {
+    let mut out: Vec<FileWrite> = base
+        .iter()
+        .filter(|b| !files.iter().any(|f| f.path == b.path))
+        .cloned()
+        .collect();
+    out.extend(files.iter().cloned());
+    out
+}
+
+/// What a reply asks to change, as whole files over the round's view, or the report of a
+/// candidate discarded without a sandbox.
+fn changes_of(
+    turn: &Turn,
+    reply_format: RepairReply,
+    view: &localise::Localised,
+    sources: &[String],
+    number: u32,
+    round: u32,
+    temperature: f32,
+) -> Result<Vec<FileWrite>, CandidateReport> {
+    let discard = |verdict, files: Vec<String>, detail: String| CandidateReport {
+        files,
+        detail,
+        ..CandidateReport::new(number, round, temperature, verdict)
+    };
+    let mut notes = Vec::new();
+    let files = if reply_format == RepairReply::Blocks {
+        match blocks::parse(&turn.text(), sources) {
+            Ok(found) if !found.is_empty() => {
+                let applied = blocks::apply_all(&found, &|p| view.text_of(p));
+                notes = applied.notes;
+                if applied.files.is_empty() {
+                    let paths = found.iter().map(|b| b.path.clone()).collect::<Vec<_>>();
+                    return Err(discard(
+                        CandidateVerdict::Unmatched,
+                        dedup(paths),
+                        notes.join("\n"),
+                    ));
+                }
+                applied.files
+            }
+            // Whole files in fenced blocks, as the model may answer anyway.
+            Ok(_) => reply::files_from_turn(turn, sources)
+                .map_err(|why| discard(CandidateVerdict::Unparsable, Vec::new(), why))?,
+            Err(why) => return Err(discard(CandidateVerdict::Unparsable, Vec::new(), why)),
+        }
+    } else {
+        reply::files_from_turn(turn, sources)
+            .map_err(|why| discard(CandidateVerdict::Unparsable, Vec::new(), why))?
+    };
+    if files.iter().all(|f| view.unchanged(f)) {
+        let detail = if notes.is_empty() {
+            "the reply gave the file(s) back as they were".to_string()
+        } else {
+            format!("its blocks change nothing:\n{}", notes.join("\n"))
+        };
+        return Err(discard(
+            CandidateVerdict::Unchanged,
+            files.iter().map(|f| f.path.clone()).collect(),
+            detail,
+        ));
+    }
+    Ok(files)
+}
+
+fn dedup(mut paths: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    paths.retain(|p| seen.insert(p.clone()));
+    paths
 }
 
 async fn repair(session: &Session, settings: &AgentSettings, project: &Path, task: &str) -> Repaired {
@@ -186,11 +330,11 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     }
     let reply_tokens = settings.model.max_tokens.max(MIN_REPLY_TOKENS);
     let reply_format = settings.repair.reply;
-    let mut system = SYSTEM.to_string();
-    system.push_str(match reply_format {
-        RepairReply::Text => SYSTEM_TEXT,
-        RepairReply::Tools => SYSTEM_TOOLS,
-    });
+    let mut system = match reply_format {
+        RepairReply::Text => format!("{SYSTEM}{SYSTEM_TEXT}"),
+        RepairReply::Tools => format!("{SYSTEM}{SYSTEM_TOOLS}"),
+        RepairReply::Blocks => SYSTEM_BLOCKS.to_string(),
+    };
     // The project's own notes (AGENTS.md), as the loop's system prompt has them: conventions a
     // fix must follow ("money is integer cents").
     if let Ok(Some(text)) = crate::session::prompt::project_instructions(&session.sandbox).await {
@@ -227,188 +371,263 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         }
     };
     let (tools, tool_choice) = match reply_format {
-        RepairReply::Text => (Vec::new(), ToolChoice::Auto),
+        RepairReply::Text | RepairReply::Blocks => (Vec::new(), ToolChoice::Auto),
         RepairReply::Tools => (
             ToolRegistry::write_only().specs(&session.tool_settings),
             ToolChoice::Required,
         ),
     };
-    let request = Request {
-        system,
-        messages: vec![Message::user_text(prompt(task, &loc, reply_format))],
-        tools,
-        tool_choice,
-        temperature: Some(0.0),
-        max_tokens: reply_limit(&loc, reply_tokens, settings.model.max_tokens),
-    };
+    let max_tokens = reply_limit(&loc, reply_tokens, settings.model.max_tokens);
     let jobs = tokio::sync::Semaphore::new(settings.repair.candidate_jobs as usize);
-    let mut validating = FuturesUnordered::new();
-    let mut judged: Vec<CandidateReport> = Vec::new();
-    let mut replies: Vec<(u32, Vec<FileWrite>)> = Vec::new();
+    let mut all: Vec<Judged> = Vec::new();
     let mut model_error = None;
-    let any_passed =
-        |judged: &[CandidateReport]| judged.iter().any(|c| c.verdict == CandidateVerdict::Passed);
-    let record = |c: CandidateReport, judged: &mut Vec<CandidateReport>| {
-        events.emit(&Event::Candidate { candidate: &c });
-        judged.push(c);
+    let mut state = State {
+        files: Vec::new(),
+        tally: loc.tally.clone(),
+        failing: loc.failing.clone(),
+        from: None,
     };
-    for number in 1..=settings.repair.candidates {
-        // A passing candidate ends the sampling: a later one could never win.
-        if any_passed(&judged) {
-            break;
-        }
-        let temperature = if number == 1 {
-            0.0
+    let mut number = 0;
+    let record = |j: Judged, judged: &mut Vec<Judged>| {
+        events.emit(&Event::Candidate { candidate: &j.report });
+        judged.push(j);
+    };
+    for round in 1..=settings.repair.rounds {
+        let view = if round == 1 {
+            loc.with_files(&[], &loc.failing, loc.tally.clone())
         } else {
-            settings.aids.retry_temperature
+            loc.with_files(&state.files, &state.failing, state.tally.clone())
+        };
+        let progress_note = match (state.from, &loc.tally, &state.tally) {
+            (Some(n), Some(before), Some(now)) => Some(format!(
+                "An earlier reply (candidate {n}) fixed part of it, and the files below have its fix: \
+                 {} before, {} now. Fix what is left.",
+                before.describe(),
+                now.describe()
+            )),
+            _ => None,
         };
         let request = Request {
-            temperature: Some(temperature),
-            ..request.clone()
+            system: system.clone(),
+            messages: vec![Message::user_text(prompt(
+                task,
+                &view,
+                reply_format,
+                progress_note.as_deref(),
+            ))],
+            tools: tools.clone(),
+            tool_choice,
+            temperature: Some(0.0),
+            max_tokens,
         };
-        // Sample the next candidate while the earlier ones are tested.
-        let asked = sample(session, number, &request);
-        tokio::pin!(asked);
-        let turn = loop {
-            tokio::select! {
-                turn = &mut asked => break Some(turn),
-                Some(c) = validating.next() => {
-                    record(c, &mut judged);
-                    // This sample could never win now: drop its request rather than wait
-                    // for a reply as long as the winner's (20-60 s for the local model).
-                    if any_passed(&judged) {
-                        break None;
-                    }
-                }
-            }
-        };
-        let Some(turn) = turn else {
-            events.emit(&Event::Note {
-                message: format!("repair: candidate {number} not waited for: an earlier one passed"),
-            });
-            break;
-        };
-        out.requests += 1;
-        let turn = match turn {
-            Ok(t) => t,
-            // The server could not read the model's tool call: this candidate has no file.
-            Err(e @ ModelError::UnparsableReply { .. }) => {
-                record(
-                    CandidateReport {
-                        number,
-                        temperature,
-                        verdict: CandidateVerdict::Unparsable,
-                        files: Vec::new(),
-                        detail: e.to_string(),
-                    },
-                    &mut judged,
-                );
-                continue;
-            }
-            Err(e) => {
-                // A failed model request (after its retries) would fail the next one too. It
-                // ends the run only if no candidate passes.
-                let detail = e.to_string();
-                model_error = Some(e);
-                record(
-                    CandidateReport {
-                        number,
-                        temperature,
-                        verdict: CandidateVerdict::Error,
-                        files: Vec::new(),
-                        detail,
-                    },
-                    &mut judged,
-                );
+        let mut validating = FuturesUnordered::new();
+        let mut judged: Vec<Judged> = Vec::new();
+        // A passing candidate ends the sampling: a later one could never win. One that makes
+        // progress ends the round: the next round starts from it, at temperature 0 again.
+        let round_over = |judged: &[Judged]| judged.iter().any(|c| c.passed() || c.progress_over(&state));
+        for k in 1..=settings.repair.candidates {
+            if round_over(&judged) {
                 break;
             }
-        };
-        out.usage.add(&turn.usage);
-        if number == 1 && !session.model.estimated_usage() {
-            // What the budget planned, against what the model counted.
+            number += 1;
+            let temperature = if k == 1 {
+                0.0
+            } else {
+                settings.aids.retry_temperature
+            };
+            let request = Request {
+                temperature: Some(temperature),
+                ..request.clone()
+            };
+            // A line per candidate before its wait (20-60 s for the local model on 2 cores), so
+            // that the screen says what is going on even where no spinner is drawn.
             events.emit(&Event::Note {
                 message: format!(
-                    "repair: the prompt took {} tokens and the reply {} (planned: {} for the prompt, \
-                     {} for the reply, in a {CONTEXT_TOKENS}-token context)",
-                    turn.usage.total_input(),
-                    turn.usage.output_tokens,
-                    CONTEXT_TOKENS.saturating_sub(reply_tokens),
+                    "repair: round {round}, candidate {number}: asking the model (temperature {temperature}, \
+                     at most {} tokens)",
                     request.max_tokens
                 ),
             });
-        }
-        match reply::files_from_turn(&turn, &sources) {
-            Ok(files) if files.iter().all(|f| loc.unchanged(f)) => record(
-                CandidateReport {
-                    number,
-                    temperature,
-                    verdict: CandidateVerdict::Unchanged,
-                    files: files.iter().map(|f| f.path.clone()).collect(),
-                    detail: "the reply gave the file(s) back as they were".into(),
-                },
-                &mut judged,
-            ),
-            Ok(files) => {
-                replies.push((number, files.clone()));
-                validating.push(validator.validate(number, temperature, files, &jobs));
+            // Sample the next candidate while the earlier ones are tested.
+            let asked = sample(session, number, &request);
+            tokio::pin!(asked);
+            let turn = loop {
+                tokio::select! {
+                    turn = &mut asked => break Some(turn),
+                    Some(c) = validating.next() => {
+                        record(c, &mut judged);
+                        // This sample could not matter now: drop its request rather than wait
+                        // for a reply as long as the winner's (20-60 s for the local model).
+                        if round_over(&judged) {
+                            break None;
+                        }
+                    }
+                }
+            };
+            let Some(turn) = turn else {
+                events.emit(&Event::Note {
+                    message: format!(
+                        "repair: candidate {number} not waited for: an earlier one {}",
+                        if judged.iter().any(Judged::passed) {
+                            "passed"
+                        } else {
+                            "made progress"
+                        }
+                    ),
+                });
+                break;
+            };
+            out.requests += 1;
+            let turn = match turn {
+                Ok(t) => t,
+                // The server could not read the model's tool call: this candidate has no file.
+                Err(e @ ModelError::UnparsableReply { .. }) => {
+                    let c = CandidateReport {
+                        detail: e.to_string(),
+                        ..CandidateReport::new(number, round, temperature, CandidateVerdict::Unparsable)
+                    };
+                    record(Judged::discarded(c), &mut judged);
+                    continue;
+                }
+                Err(e) => {
+                    // A failed model request (after its retries) would fail the next one too. It
+                    // ends the run only if no candidate passes.
+                    let c = CandidateReport {
+                        detail: e.to_string(),
+                        ..CandidateReport::new(number, round, temperature, CandidateVerdict::Error)
+                    };
+                    model_error = Some(e);
+                    record(Judged::discarded(c), &mut judged);
+                    break;
+                }
+            };
+            out.usage.add(&turn.usage);
+            if number == 1 && !session.model.estimated_usage() {
+                // What the budget planned, against what the model counted.
+                events.emit(&Event::Note {
+                    message: format!(
+                        "repair: the prompt took {} tokens and the reply {} (planned: {} for the prompt, \
+                         {} for the reply, in a {CONTEXT_TOKENS}-token context)",
+                        turn.usage.total_input(),
+                        turn.usage.output_tokens,
+                        CONTEXT_TOKENS.saturating_sub(reply_tokens),
+                        request.max_tokens
+                    ),
+                });
             }
-            Err(why) => record(
-                CandidateReport {
-                    number,
-                    temperature,
-                    verdict: CandidateVerdict::Unparsable,
-                    files: Vec::new(),
-                    detail: why,
+            match changes_of(&turn, reply_format, &view, &sources, number, round, temperature) {
+                Ok(files) => {
+                    let paths = files.iter().map(|f| f.path.clone()).collect();
+                    let tested = merged(&state.files, &files);
+                    validating.push(validator.validate(number, round, temperature, paths, tested, &jobs));
+                }
+                Err(report) => record(Judged::discarded(report), &mut judged),
+            }
+        }
+        while let Some(c) = validating.next().await {
+            record(c, &mut judged);
+        }
+        drop(validating);
+        judged.sort_by_key(|c| c.report.number);
+        let passed = judged.iter().any(Judged::passed);
+        // The round's best partial fix: the fewest failing tests, the earliest among equals.
+        let best = (!passed)
+            .then(|| {
+                judged
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.progress_over(&state))
+                    .min_by_key(|(_, c)| (c.tally.as_ref().map_or(u32::MAX, |t| t.failed), c.report.number))
+                    .map(|(i, _)| i)
+            })
+            .flatten();
+        if let Some(i) = best {
+            let c = &mut judged[i];
+            c.report.kept = true;
+            state = State {
+                files: c.files.clone(),
+                tally: c.tally.clone(),
+                failing: c.failing.clone(),
+                from: Some(c.report.number),
+            };
+            let tests = state.tally.as_ref().map(Tally::describe).unwrap_or_default();
+            events.emit(&Event::Note {
+                message: if round < settings.repair.rounds && model_error.is_none() {
+                    format!(
+                        "repair: round {round}: candidate {} fixed part of it ({tests}); round {} starts from it",
+                        c.report.number,
+                        round + 1
+                    )
+                } else {
+                    format!("repair: round {round}: candidate {} fixed part of it ({tests})", c.report.number)
                 },
-                &mut judged,
-            ),
+            });
+        }
+        all.extend(judged);
+        if passed || best.is_none() || model_error.is_some() {
+            break;
         }
     }
-    while let Some(c) = validating.next().await {
-        record(c, &mut judged);
-    }
-    drop(validating);
-    judged.sort_by_key(|c| c.number);
-    let winner = judged
-        .iter()
-        .find(|c| c.verdict == CandidateVerdict::Passed)
-        .map(|c| c.number);
+    let winner = all.iter().find(|c| c.passed()).map(|c| c.report.number);
     if winner.is_none()
         && let Some(e) = model_error
     {
         out.fatal = Some(Fatal::Model(Arc::new(e)));
     }
-    let discarded = judged.iter().filter(|c| c.verdict.discarded()).count();
-    out.summary = match winner {
-        Some(n) => {
-            let files = judged
-                .iter()
-                .find(|c| c.number == n)
-                .map(|c| c.files.join(", "))
-                .unwrap_or_default();
+    let discarded = all.iter().filter(|c| c.report.verdict.discarded()).count();
+    let rounds = all.iter().map(|c| c.report.round).max().unwrap_or(1);
+    let in_rounds = if rounds > 1 {
+        format!(" in {rounds} rounds")
+    } else {
+        String::new()
+    };
+    let total = all.len();
+    let files_of = |n: u32| {
+        all.iter()
+            .find(|c| c.report.number == n)
+            .map(|c| {
+                c.files
+                    .iter()
+                    .map(|f| f.path.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    // What reaches the session's sandbox: the winner, else the best partial fix.
+    let keep = winner.or(state.from);
+    out.summary = match (winner, state.from) {
+        (Some(n), _) => format!(
+            "repair: candidate {n} of {total}{in_rounds} passed the tests in its own sandbox; its files \
+             were kept: {} ({discarded} discarded)",
+            files_of(n)
+        ),
+        (None, Some(n)) => {
+            let tests = state.tally.as_ref().map(Tally::describe).unwrap_or_default();
+            out.kept = Some((n, tests.clone()));
             format!(
-                "repair: candidate {n} of {} passed the tests in its own sandbox; its files were kept: \
-                 {files} ({discarded} discarded)",
-                judged.len()
+                "repair: none of {total} candidates{in_rounds} passed the tests ({discarded} discarded); \
+                 the best, candidate {n}, fixed part of it and was kept ({tests}): {}",
+                files_of(n)
             )
         }
-        None => format!(
-            "repair: none of {} candidates passed the tests ({discarded} discarded); nothing was changed",
-            judged.len()
+        (None, None) => format!(
+            "repair: none of {total} candidates{in_rounds} passed the tests ({discarded} discarded); \
+             nothing was changed"
         ),
     };
-    if let Some(n) = winner
+    if let Some(n) = keep
         && out.fatal.is_none()
-        && let Some((_, files)) = replies.iter().find(|(k, _)| *k == n)
-        && let Err((_, detail)) = write_files(&session.sandbox, &session.tool_settings, files).await
+        && let Some(c) = all.iter().find(|c| c.report.number == n)
+        && let Err((_, detail)) = write_files(&session.sandbox, &session.tool_settings, &c.files).await
     {
         out.fatal = Some(Fatal::Sandbox(Arc::new(crate::sandbox::SandboxError::Other(
-            format!("cannot write the winning candidate into the session's sandbox: {detail}"),
+            format!("cannot write candidate {n}'s files into the session's sandbox: {detail}"),
         ))));
     }
     out.winner = winner;
-    out.candidates = judged;
-    // Only now: the winner's files are still wanted until they are in the session's sandbox.
+    out.candidates = all.into_iter().map(|c| c.report).collect();
+    // Only now: the kept files are still wanted until they are in the session's sandbox.
     drop(validator);
     out
 }
@@ -426,9 +645,16 @@ fn reply_limit(loc: &localise::Localised, planned: u32, max_tokens: u32) -> u32 
         .max(max_tokens)
 }
 
-/// The prompt: the task, the failing output, the tests (read-only), the sources to rewrite.
-fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply) -> String {
-    let mut s = format!("{task}\n\nThe tests fail now:\n{}\n", loc.failing.trim_end());
+/// The prompt: the task, the failing output, the tests (read-only), the sources to rewrite;
+/// in a later round, first what the round before fixed (`progress`).
+fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply, progress: Option<&str>) -> String {
+    let mut s = match progress {
+        Some(p) => format!(
+            "{task}\n\n{p}\n\nThe tests that still fail:\n{}\n",
+            loc.failing.trim_end()
+        ),
+        None => format!("{task}\n\nThe tests fail now:\n{}\n", loc.failing.trim_end()),
+    };
     let block =
         |f: &localise::Shown| format!("\n### {}\n```\n{}\n```\n", f.path, f.text.trim_end_matches('\n'));
     let tests: Vec<String> = loc.shown.iter().filter(|f| f.test).map(block).collect();
@@ -459,6 +685,10 @@ fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply) -> String {
             "\nReply with write_file calls, one for each source file you change, each with the complete \
              corrected file. If you cannot call tools, write each changed file's path on a line of its \
              own followed by the whole file in a fenced code block.\n"
+        }
+        RepairReply::Blocks => {
+            "\nReply with a search/replace block for each change: the file's path on a line of its own, \
+             then <<<<<<< SEARCH, the lines as they are, =======, the corrected lines, >>>>>>> REPLACE.\n"
         }
     });
     s
@@ -515,21 +745,23 @@ impl<'a> Validator<'a> {
         })
     }
 
-    /// Write the candidate's files into a fresh copy of the project and run every test command.
+    /// Write the candidate's files (`files`: its own changes, `paths`, over the round's
+    /// starting point) into a fresh copy of the project and run every test command.
     async fn validate(
         &self,
         number: u32,
+        round: u32,
         temperature: f32,
+        paths: Vec<String>,
         files: Vec<FileWrite>,
         jobs: &tokio::sync::Semaphore,
-    ) -> CandidateReport {
-        let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
-        let report = |verdict, detail: String| CandidateReport {
-            number,
-            temperature,
-            verdict,
-            files: paths.clone(),
-            detail,
+    ) -> Judged {
+        let report = |verdict, detail: String| {
+            Judged::discarded(CandidateReport {
+                files: paths.clone(),
+                detail,
+                ..CandidateReport::new(number, round, temperature, verdict)
+            })
         };
         // What can be told without a sandbox is told first.
         for f in &files {
@@ -558,14 +790,26 @@ impl<'a> Validator<'a> {
             Ok((_, sb)) => sb,
             Err(e) => return report(CandidateVerdict::Error, format!("its sandbox: {e}")),
         };
-        let (verdict, detail) = self.judge(&sandbox, &files).await;
+        let judged = self.judge(&sandbox, &files).await;
         let _ = sandbox.shutdown().await;
-        report(verdict, detail)
+        let (verdict, detail, tally, failing) = judged;
+        let mut j = report(verdict, detail);
+        j.report.tests_passed = tally.as_ref().and_then(|t| t.passed);
+        j.report.tests_failed = tally.as_ref().map(|t| t.failed);
+        j.files = files;
+        j.tally = tally;
+        j.failing = failing;
+        j
     }
 
-    async fn judge(&self, sandbox: &dyn Sandbox, files: &[FileWrite]) -> (CandidateVerdict, String) {
+    /// The verdict, its detail, the tests counted and their output as a prompt shows it.
+    async fn judge(
+        &self,
+        sandbox: &dyn Sandbox,
+        files: &[FileWrite],
+    ) -> (CandidateVerdict, String, Option<Tally>, String) {
         if let Err((verdict, detail)) = write_files(sandbox, self.tool_settings, files).await {
-            return (verdict, detail);
+            return (verdict, detail, None, String::new());
         }
         let ctx = ToolContext {
             sandbox,
@@ -573,16 +817,32 @@ impl<'a> Validator<'a> {
             approver: None,
         };
         match ctx.run_tests().await {
-            Ok(runs) if all_passed(&runs) => (CandidateVerdict::Passed, String::new()),
+            Ok(runs) if all_passed(&runs) => (
+                CandidateVerdict::Passed,
+                String::new(),
+                tally_runs(&runs),
+                String::new(),
+            ),
             Ok(runs) => {
                 let text = render_test_runs(&runs);
                 let cut = text.len().saturating_sub(DETAIL_BYTES);
                 let at = (cut..text.len())
                     .find(|i| text.is_char_boundary(*i))
                     .unwrap_or(cut);
-                (CandidateVerdict::Failed, text[at..].to_string())
+                let detail = text[at..].to_string();
+                (
+                    CandidateVerdict::Failed,
+                    detail,
+                    tally_runs(&runs),
+                    localise::failing_output(&runs),
+                )
             }
-            Err(e) => (CandidateVerdict::Error, format!("the tests could not run: {e}")),
+            Err(e) => (
+                CandidateVerdict::Error,
+                format!("the tests could not run: {e}"),
+                None,
+                String::new(),
+            ),
         }
     }
 }

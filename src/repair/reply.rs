@@ -87,7 +87,7 @@ fn names<'a>(token: &str, shown: &'a [String]) -> Option<&'a String> {
 }
 
 /// The first word-like token of `line` that names a shown file.
-fn named_in(line: &str, shown: &[String]) -> Option<String> {
+pub(crate) fn named_in(line: &str, shown: &[String]) -> Option<String> {
     line.split(|c: char| c.is_whitespace() || c == ',')
         .find_map(|t| names(t, shown))
         .cloned()

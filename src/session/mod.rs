@@ -68,6 +68,7 @@ impl Session {
             events: self.events.as_ref(),
             config: self.agent_config.clone(),
             system: self.system.clone(),
+            watch: None,
         }
     }
 
@@ -266,15 +267,95 @@ impl Session {
     }
 }
 
-/// Work on `task` from a fresh conversation: primed if asked, and again from a reset project
-/// (hotter) while the tests fail and attempts are left. Returns the last attempt's stop, with
-/// steps and usage summed over all attempts, and how many attempts ran.
+/// Checkpoints of the project the loop keeps (`baseline::checkpoint`): where it started (for
+/// `auto`, with repair's best candidate in it) and the best state seen since.
+const LOOP_START: &str = "loop-start";
+const LOOP_BEST: &str = "loop-best";
+
+/// The best state the loop's attempts reached: the fewest failing tests seen in any test run
+/// (a run that does not even collect counts as every test failing), kept as a checkpoint.
+struct Best<'a> {
+    sandbox: &'a dyn crate::sandbox::Sandbox,
+    timeout: std::time::Duration,
+    seen: tokio::sync::Mutex<Option<crate::tools::tally::Tally>>,
+}
+
+impl Best<'_> {
+    /// Whether `now` has fewer failing tests than the best so far (and if so, it is the best).
+    async fn offer(&self, now: Option<crate::tools::tally::Tally>) -> bool {
+        let Some(now) = now else { return false };
+        let mut seen = self.seen.lock().await;
+        let better = match &*seen {
+            None => true,
+            Some(best) => now.failing_score() < best.failing_score(),
+        };
+        if better
+            && baseline::checkpoint(self.sandbox, self.timeout, LOOP_BEST)
+                .await
+                .is_ok()
+        {
+            *seen = Some(now);
+            return true;
+        }
+        false
+    }
+}
+
+#[async_trait]
+impl crate::agent::TestWatch for Best<'_> {
+    async fn tests_ran(&self, tally: Option<crate::tools::tally::Tally>) {
+        self.offer(tally).await;
+    }
+}
+
+/// Whether the task asks for code to go (so that `write_file` may drop definitions).
+fn asks_for_removal(task: &str) -> bool {
+    let t = task.to_lowercase();
+    [
+        "remove", "delete", "drop ", "rename", "move ", "split", "merge", "rewrite", "replace", "refactor",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+}
+
+/// Work on `task` from a fresh conversation: primed if asked, and again from the state it
+/// started from (hotter) while the tests fail and attempts are left. When the tests still fail
+/// at the end, the project is left at the best state any attempt reached, not the last. Returns
+/// the last attempt's stop, with steps and usage summed over all attempts, and how many
+/// attempts ran.
 pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (LoopResult, u32) {
     let mut steps = 0;
     let mut usage = crate::model::Usage::default();
     let mut attempt = 1;
+    let mut tool_settings = base.ctx.settings.clone();
+    tool_settings.removal_asked = asks_for_removal(task);
+    let timeout = tool_settings.command_timeout;
+    let best = Best {
+        sandbox: base.ctx.sandbox,
+        timeout,
+        seen: tokio::sync::Mutex::new(None),
+    };
+    // Where each attempt starts; without it, the session's baseline.
+    let start = baseline::checkpoint(base.ctx.sandbox, timeout, LOOP_START)
+        .await
+        .is_ok();
+    if !tool_settings.test_commands.is_empty() {
+        let ctx = ToolContext {
+            settings: &tool_settings,
+            ..base.ctx
+        };
+        best.offer(
+            ctx.run_tests()
+                .await
+                .ok()
+                .and_then(|r| crate::tools::tally::tally_runs(&r)),
+        )
+        .await;
+    }
     loop {
         let mut agent = base.clone();
+        agent.ctx.settings = &tool_settings;
+        agent.watch = Some(&best);
         if attempt > 1 {
             agent.config.temperature = Some(aids.retry_temperature);
         }
@@ -292,7 +373,19 @@ pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (
             steps,
             usage,
         };
-        if attempt >= aids.attempts || matches!(result.stop, Stop::Fatal(_)) || tests_pass(&agent.ctx).await {
+        if matches!(result.stop, Stop::Fatal(Fatal::Sandbox(_))) {
+            return (done, attempt);
+        }
+        let end = agent.ctx.run_tests().await.ok();
+        if end.as_ref().is_some_and(|runs| all_passed(runs)) || agent.ctx.settings.test_commands.is_empty() {
+            return (done, attempt);
+        }
+        let end_tally = end.as_ref().and_then(|r| crate::tools::tally::tally_runs(r));
+        let improved = best.offer(end_tally.clone()).await;
+        if attempt >= aids.attempts || matches!(result.stop, Stop::Fatal(_)) {
+            if !improved {
+                keep_best(&agent, &best, end_tally.as_ref()).await;
+            }
             return (done, attempt);
         }
         agent.events.emit(&Event::Note {
@@ -300,7 +393,12 @@ pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (
                 "attempt {attempt} left the tests failing: resetting the project and starting over"
             ),
         });
-        if let Err(e) = baseline::reset(agent.ctx.sandbox, agent.ctx.settings.command_timeout).await {
+        let reset = if start {
+            baseline::restore(agent.ctx.sandbox, timeout, LOOP_START).await
+        } else {
+            baseline::reset(agent.ctx.sandbox, timeout).await
+        };
+        if let Err(e) = reset {
             agent.events.emit(&Event::Note {
                 message: format!("cannot start over: {e}"),
             });
@@ -310,9 +408,25 @@ pub async fn work(base: &Agent<'_>, aids: &crate::config::Aids, task: &str) -> (
     }
 }
 
-/// No test command counts as passing: there is nothing to retry for.
-async fn tests_pass(ctx: &ToolContext<'_>) -> bool {
-    ctx.run_tests().await.is_ok_and(|runs| all_passed(&runs))
+/// The attempts are over with the tests failing (`end`, counted): if an earlier state had
+/// fewer failing tests, put the project back to it.
+async fn keep_best(agent: &Agent<'_>, best: &Best<'_>, end: Option<&crate::tools::tally::Tally>) {
+    let seen = best.seen.lock().await;
+    let Some(kept) = seen.as_ref() else { return };
+    let worse = end.is_none_or(|e| kept.failing_score() < e.failing_score());
+    if !worse {
+        return;
+    }
+    let message =
+        match baseline::restore(agent.ctx.sandbox, agent.ctx.settings.command_timeout, LOOP_BEST).await {
+            Ok(()) => format!(
+                "the attempt ended with {}; the project is left at the best state it reached ({})",
+                end.map_or_else(|| "tests that could not be counted".to_string(), |e| e.describe()),
+                kept.describe()
+            ),
+            Err(e) => format!("cannot go back to the best state the attempt reached: {e}"),
+        };
+    agent.events.emit(&Event::Note { message });
 }
 
 /// Prints what is about to happen and asks: yes, no, always (for this session, for this kind

@@ -11,6 +11,7 @@ pub mod process;
 pub mod read_file;
 mod run_tests;
 mod search;
+pub mod tally;
 mod write_file;
 
 use std::time::Duration;
@@ -134,6 +135,9 @@ pub struct ToolSettings {
     pub protect_tests: bool,
     /// Extra test-file patterns (an eval task's `test_files`).
     pub test_patterns: Vec<String>,
+    /// The task asks to remove, rename or move code: `write_file` may then drop most of a
+    /// file's top-level definitions (otherwise it refuses, see `write_file`).
+    pub removal_asked: bool,
 }
 
 impl Default for ToolSettings {
@@ -150,6 +154,7 @@ impl Default for ToolSettings {
             max_edit_bytes: 1 << 20,
             protect_tests: false,
             test_patterns: Vec::new(),
+            removal_asked: false,
         }
     }
 }

@@ -100,6 +100,11 @@ impl Tool for WriteFile {
             )));
         }
         let old = before.as_deref().unwrap_or("");
+        if let Some(before) = &before
+            && let Some(why) = destroys(rel, before, &args.content, s.removal_asked)
+        {
+            return Err(ToolError::RespondToModel(why));
+        }
         if before.is_some() && old == args.content {
             return Err(ToolError::RespondToModel(format!(
                 "{} already has exactly this content: nothing would change",
@@ -118,6 +123,86 @@ impl Tool for WriteFile {
             &args.content,
         )))
     }
+}
+
+/// Why writing `new` over `old` (the file `path`) would destroy the file rather than change it,
+/// in words the model can act on; `None` when it is a rewrite. Three shapes, each what a 1.5B
+/// model wrote in the loop: only the file's name as its content, `read_file`'s numbered lines
+/// pasted back, and a fragment that drops most of the file's top-level definitions (unless the
+/// task asked for removals, `removal_asked`).
+pub fn destroys(path: &str, old: &str, new: &str, removal_asked: bool) -> Option<String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let bare = new.trim().trim_matches(|c| "`'\"".contains(c)).trim();
+    if !old.trim().is_empty() && (bare == path || bare == name) {
+        return Some(format!(
+            "`content` is only the file's name, not its content: write_file replaces the whole of {path} \
+             with `content`. Pass the complete new file as `content` — every line of it, the changed \
+             ones included."
+        ));
+    }
+    if numbered(new) && !numbered(old) {
+        return Some(format!(
+            "`content` has read_file's line numbers at the start of its lines; they are not part of \
+             {path}. Pass the file's lines without the numbers and the tab after them."
+        ));
+    }
+    if removal_asked {
+        return None;
+    }
+    let (Some(before), Some(after)) = (
+        crate::project::defs::top_level(path, old),
+        crate::project::defs::top_level(path, new),
+    ) else {
+        return None;
+    };
+    let lost: Vec<&String> = before.iter().filter(|d| !after.contains(d)).collect();
+    // "Most": more than half of them, and at least one.
+    if lost.is_empty() || lost.len() * 2 <= before.len() {
+        return None;
+    }
+    let names = lost
+        .iter()
+        .take(8)
+        .map(|d| format!("`{d}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if lost.len() > 8 {
+        format!(" and {} more", lost.len() - 8)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "not written: this would delete {names}{more} ({} of the {} top-level definitions of {path}); \
+         write_file replaces the whole file, so `content` must be the complete file with your change \
+         in it. Read it with read_file, then pass every line of it, with only the lines you mean to \
+         change changed.",
+        lost.len(),
+        before.len()
+    ))
+}
+
+/// Whether most of the lines of `text` start the way `read_file` numbers them (`   12\t`), or
+/// as a model copies that (`12: `, `12 | `).
+fn numbered(text: &str) -> bool {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.len() < 2 {
+        return false;
+    }
+    let numbered = lines
+        .iter()
+        .filter(|l| {
+            let t = l.trim_start();
+            let digits = t.chars().take_while(char::is_ascii_digit).count();
+            digits > 0 && {
+                let rest = &t[digits..];
+                rest.starts_with('\t')
+                    || rest.starts_with(": ")
+                    || rest.starts_with(" | ")
+                    || rest.starts_with("| ")
+            }
+        })
+        .count();
+    numbered * 5 >= lines.len() * 4
 }
 
 /// "wrote PATH" or "created PATH", the line counts, and the diff (bounded), so a rewrite that
@@ -153,6 +238,43 @@ pub fn describe_write(path: &str, before: Option<&str>, after: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIB: &str = "DAILY = 25\n\n\ndef days_late(due, returned):\n    return max((returned - due).days + 1, 0)\n\n\ndef late_fee(due, returned, member=False):\n    fee = days_late(due, returned) * DAILY\n    if member:\n        fee = fee / 2\n    return fee\n";
+
+    #[test]
+    fn a_name_numbered_lines_or_a_fragment_is_refused_a_rewrite_is_not() {
+        let name = destroys("library.py", LIB, "library.py", false).unwrap();
+        assert!(name.contains("only the file's name"), "{name}");
+        assert!(destroys("src/library.py", LIB, "`library.py`\n", false).is_some());
+        let pasted: String = LIB
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{:>6}\t{l}\n", i + 1))
+            .collect();
+        let numbered = destroys("library.py", LIB, &pasted, false).unwrap();
+        assert!(numbered.contains("line numbers"), "{numbered}");
+        let fragment = destroys("library.py", LIB, "fee = 37\n", false).unwrap();
+        assert!(
+            fragment
+                .contains("would delete `DAILY`, `days_late`, `late_fee` (3 of the 3 top-level definitions"),
+            "{fragment}"
+        );
+        // The file from one function on (the model's other habit) drops two of three.
+        let from_late_fee = &LIB[LIB.find("def late_fee").unwrap()..];
+        assert!(destroys("library.py", LIB, from_late_fee, false).is_some());
+        // One function of three removed is not most.
+        let without_one = LIB.replace(
+            "def days_late(due, returned):\n    return max((returned - due).days + 1, 0)\n",
+            "",
+        );
+        assert_eq!(destroys("library.py", LIB, &without_one, false), None);
+        // The fix itself, and the fragment when the task asked for removals.
+        let fixed = LIB.replace("fee / 2", "fee // 2");
+        assert_eq!(destroys("library.py", LIB, &fixed, false), None);
+        assert_eq!(destroys("library.py", LIB, "fee = 37\n", true), None);
+        // A language it does not read, and a new file, lose nothing.
+        assert_eq!(destroys("notes.txt", "a\nb\n", "c\n", false), None);
+    }
 
     #[test]
     fn the_result_is_a_short_diff_that_shows_dropped_lines() {
