@@ -351,3 +351,244 @@ for port in (4101, 4102):
     assert!(seen.starts_with('s'), "the mounted socket was replaced: {seen}");
     sb.shutdown().await.unwrap();
 }
+
+/// A loopback server that records every byte each connection sends it (until the client closes
+/// or stays quiet for a second) and answers an HTTP head with a short 200.
+struct Recorder {
+    addr: std::net::SocketAddr,
+    seen: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Recorder {
+    async fn start() -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    let mut buf = vec![0u8; 65536];
+                    let mut answered = false;
+                    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await
+                    {
+                        if n == 0 {
+                            break;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                        if !answered
+                            && got.windows(4).any(|w| w == b"\r\n\r\n")
+                            && (got.starts_with(b"GET") || got.starts_with(b"POST"))
+                        {
+                            answered = true;
+                            let _ = s
+                                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                                .await;
+                        }
+                    }
+                    log.lock().unwrap().push(got);
+                });
+            }
+        });
+        Recorder { addr, seen }
+    }
+
+    /// What each connection sent, once `n` have ended.
+    async fn connections(&self, n: usize) -> Vec<Vec<u8>> {
+        for _ in 0..100 {
+            let seen = self.seen.lock().unwrap().clone();
+            if seen.len() >= n {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Send `parts` through the proxy with a pause between them (separate segments); all that comes
+/// back until the proxy closes or a second of quiet.
+async fn in_parts(p: &Proxy, parts: &[&[u8]]) -> Vec<u8> {
+    let mut s = UnixStream::connect(p.socket_path()).await.unwrap();
+    for part in parts {
+        s.write_all(part).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[tokio::test]
+async fn plain_http_goes_upstream_as_the_proxy_wrote_it_one_request_only() {
+    let rec = Recorder::start().await;
+    let port = rec.addr.port();
+    let p = proxy(&[format!("127.0.0.1:{port}")], &[], Limits::default());
+    // The client's Host names another tenant; a second request follows the declared body.
+    let request = format!(
+        "POST http://127.0.0.1:{port}/upload HTTP/1.1\r\nHost: evil.example\r\nContent-Length: 5\r\n\r\nhello\
+         GET http://127.0.0.1:{port}/second HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+    );
+    let got = in_parts(&p, &[request.as_bytes(), b"GET /third HTTP/1.1\r\n\r\n"]).await;
+    assert!(String::from_utf8_lossy(&got).contains("200 OK"), "{got:?}");
+    let sent = rec.connections(1).await;
+    assert_eq!(
+        String::from_utf8_lossy(&sent[0]),
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+        )
+    );
+    assert_eq!(sent.len(), 1);
+    let d = decisions(&p, 1).await;
+    assert!(
+        d[0].reason
+            .as_deref()
+            .is_some_and(|r| r.contains("after the request's body were not forwarded")),
+        "{d:?}"
+    );
+
+    // A chunked body arrives whole and exactly; what follows it does not.
+    let chunked = format!(
+        "POST http://127.0.0.1:{port}/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"
+    );
+    in_parts(&p, &[chunked.as_bytes()]).await;
+    let sent = rec.connections(2).await;
+    assert_eq!(
+        String::from_utf8_lossy(&sent[1]),
+        format!(
+            "POST /c HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        )
+    );
+
+    // Framing a server could read otherwise is refused before anything is sent.
+    let both = format!(
+        "POST http://127.0.0.1:{port}/x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    );
+    let got = in_parts(&p, &[both.as_bytes()]).await;
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 400"),
+        "{got:?}"
+    );
+    assert_eq!(
+        rec.connections(3).await.len(),
+        2,
+        "the refused request reached the server"
+    );
+}
+
+/// A ClientHello asking for `name`, as rustls writes it.
+fn client_hello(name: &str) -> Vec<u8> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut bytes = Vec::new();
+    conn.write_tls(&mut bytes).unwrap();
+    bytes
+}
+
+/// The same handshake message in records of at most `size` bytes (a large ClientHello, e.g.
+/// with post-quantum key shares, may come in several).
+fn refragment(hello: &[u8], size: usize) -> Vec<u8> {
+    let message = &hello[5..];
+    let mut out = Vec::new();
+    for chunk in message.chunks(size) {
+        out.extend([22, 3, 1]);
+        out.extend((chunk.len() as u16).to_be_bytes());
+        out.extend(chunk);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_connect_to_a_name_must_ask_tls_for_that_name() {
+    let rec = Recorder::start().await;
+    let port = rec.addr.port();
+    // pkg.example (and plain.example, on a port its rule names) "resolve" to the recorder.
+    let policy = Policy {
+        allowlist: Allowlist::parse(&[
+            "pkg.example".to_string(),
+            "plain.example:9418".to_string(),
+            "127.0.0.1".to_string(),
+            "127.0.0.1:9418".to_string(),
+            format!("127.0.0.1:{port}"),
+        ])
+        .unwrap(),
+        resolver: Arc::new(agentbox::egress::PinnedResolver(vec![
+            ("pkg.example".into(), rec.addr),
+            ("plain.example".into(), rec.addr),
+        ])),
+        own: HashSet::new(),
+    };
+    let p = Proxy::start(policy, Limits::default(), None).unwrap();
+
+    // The right name, in three records sent as three segments: it arrives upstream whole.
+    let good = refragment(&client_hello("pkg.example"), 100);
+    let (a, rest) = good.split_at(7);
+    let (b, c) = rest.split_at(rest.len() / 2);
+    let got = in_parts(&p, &[b"CONNECT pkg.example:443 HTTP/1.1\r\n\r\n", a, b, c]).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(rec.connections(1).await, vec![good.clone()]);
+    assert!(decisions(&p, 1).await[0].allowed);
+
+    // Another name, no name, or not TLS at all: refused, nothing reaches the server.
+    let other = client_hello("other.example");
+    // rustls sends no SNI for an address.
+    let no_sni = client_hello("127.0.0.2");
+    for (bytes, why) in [
+        (
+            other.clone(),
+            "the TLS ClientHello asks for other.example, not the CONNECT host",
+        ),
+        (no_sni, "the TLS ClientHello names no server (no SNI)"),
+        (
+            b"GET / HTTP/1.1\r\nHost: other.example\r\n\r\n".to_vec(),
+            "not TLS",
+        ),
+    ] {
+        let n = p.decisions().len();
+        in_parts(&p, &[b"CONNECT pkg.example:443 HTTP/1.1\r\n\r\n", &bytes]).await;
+        let d = decisions(&p, n + 1).await;
+        let last = &d[n];
+        assert!(!last.allowed, "{last:?}");
+        assert!(
+            last.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("blocked pkg.example:443 — ") && r.contains(why)),
+            "{last:?} wants {why}"
+        );
+    }
+    assert_eq!(
+        rec.connections(1).await.len(),
+        1,
+        "a refused tunnel reached the server"
+    );
+
+    // Not read: a CONNECT to an address an IP rule names, and to a name on a port its rule names.
+    let plain = b"not tls at all\n".to_vec();
+    in_parts(
+        &p,
+        &[
+            format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+            &plain,
+        ],
+    )
+    .await;
+    in_parts(&p, &[b"CONNECT plain.example:9418 HTTP/1.1\r\n\r\n", &plain]).await;
+    let sent = rec.connections(3).await;
+    assert_eq!(&sent[1..], &[plain.clone(), plain], "{sent:?}");
+}

@@ -288,6 +288,16 @@ impl Allowlist {
     pub fn names_ip(&self, ip: IpAddr, port: u16) -> bool {
         self.rules.iter().any(|r| r.names_ip(ip, port))
     }
+
+    /// Whether a CONNECT to the (allowed) `name` on `port` must be TLS asking for that name:
+    /// yes when a rule without a port (80 and 443) or one naming 443 allows it. A rule naming
+    /// another port is the user's word that the port speaks something else, so its bytes are
+    /// not read.
+    pub fn wants_tls(&self, name: &str, port: u16) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.names_host(name, port) && matches!(r.port, None | Some(443)))
+    }
 }
 
 #[cfg(test)]

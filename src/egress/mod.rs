@@ -4,13 +4,15 @@
 //!
 //! It imports nothing from the rest of the crate, like `sandbox` and `model`.
 
+pub(crate) mod http;
 pub mod matcher;
 pub mod proxy;
 pub mod resolve;
+pub(crate) mod tls;
 
 pub use matcher::{Allowlist, Rule, RuleError};
 pub use proxy::{Decision, Limits, Observer, Policy, Proxy, Refusal};
-pub use resolve::{Resolve, StaticResolver, SystemResolver};
+pub use resolve::{PinnedResolver, Resolve, StaticResolver, SystemResolver};
 
 /// The port the executor listens on inside the sandbox (its own loopback) and forwards to the
 /// proxy's socket.

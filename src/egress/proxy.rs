@@ -1,5 +1,7 @@
-//! The proxy itself: HTTP/1.1 `CONNECT host:port` (for TLS; the bytes after it are opaque)
-//! and plain HTTP with an absolute URI (`GET http://host/path`), one request per connection.
+//! The proxy itself: HTTP/1.1 `CONNECT host:port` (for TLS: the ClientHello must ask for the
+//! CONNECT host; the bytes after it are opaque) and plain HTTP with an absolute URI
+//! (`GET http://host/path`), one request per connection, written upstream by the proxy from
+//! what it checked (see `http`).
 //! It listens on a Unix socket; the sandbox reaches it through its executor (see
 //! `sandbox::executor`), never through a network of its own.
 
@@ -16,7 +18,8 @@ use tokio::net::{TcpStream, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::matcher::{Allowlist, DEFAULT_PORTS, Target, split_host_port};
+use super::http::{BodyEnd, parse_head};
+use super::matcher::{Allowlist, DEFAULT_PORTS, Target};
 use super::resolve::{Resolve, special};
 
 /// The bounds on what goes through the proxy.
@@ -131,11 +134,13 @@ impl Policy {
                     .await
                     .map_err(|e| Refusal(format!("blocked {name}:{port} — it does not resolve ({e})")))?;
                 let mut why = None;
-                for ip in ips {
-                    let ip = super::matcher::canonical(ip);
+                for addr in ips {
+                    let ip = super::matcher::canonical(addr.ip());
                     match special(ip, &self.own) {
-                        None => return Ok(SocketAddr::new(ip, port)),
-                        Some(_) if self.allowlist.names_ip(ip, port) => return Ok(SocketAddr::new(ip, port)),
+                        None => return Ok(SocketAddr::new(ip, addr.port())),
+                        Some(_) if self.allowlist.names_ip(ip, port) => {
+                            return Ok(SocketAddr::new(ip, addr.port()));
+                        }
                         Some(kind) => {
                             why.get_or_insert((ip, kind));
                         }
@@ -309,94 +314,6 @@ async fn respond<W: AsyncWrite + Unpin>(w: &mut W, code: u16, reason: &str, body
     w.shutdown().await
 }
 
-/// A parsed request head.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Request {
-    pub method: String,
-    pub host: String,
-    pub port: u16,
-    /// For plain HTTP: the head to send upstream (origin-form, hop-by-hop headers dropped).
-    pub forward: Option<Vec<u8>>,
-}
-
-/// Parse a request head (without the final blank line).
-pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
-    let mut lines = head.split("\r\n");
-    let first = lines.next().unwrap_or_default();
-    let mut parts = first.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("malformed request line".into());
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err("only HTTP/1.x".into());
-    }
-    if method.eq_ignore_ascii_case("CONNECT") {
-        let (host, port) = split_host_port(target)?;
-        let port = port.ok_or("CONNECT needs host:port")?;
-        return Ok(Request {
-            method: "CONNECT".into(),
-            host: host.to_string(),
-            port,
-            forward: None,
-        });
-    }
-    if !method.bytes().all(|b| b.is_ascii_uppercase()) || method.is_empty() {
-        return Err("bad method".into());
-    }
-    let Some(rest) = target.strip_prefix("http://").or_else(|| {
-        target
-            .get(..7)
-            .filter(|p| p.eq_ignore_ascii_case("http://"))
-            .map(|_| &target[7..])
-    }) else {
-        return Err("a proxy request needs an absolute http:// URI (use CONNECT for https)".into());
-    };
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    if authority.contains('@') {
-        return Err("credentials in the URI are not forwarded".into());
-    }
-    let (host, port) = split_host_port(authority)?;
-    let port = port.unwrap_or(80);
-    let mut out = format!("{method} {path} {version}\r\n");
-    let mut has_host = false;
-    for line in lines {
-        let Some((name, _)) = line.split_once(':') else {
-            return Err("malformed header".into());
-        };
-        let n = name.trim().to_ascii_lowercase();
-        if matches!(
-            n.as_str(),
-            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
-        ) {
-            continue;
-        }
-        has_host |= n == "host";
-        out.push_str(line);
-        out.push_str("\r\n");
-    }
-    if !has_host {
-        out.push_str(&format!("Host: {authority}\r\n"));
-    }
-    // One request per connection: a second request on it could name another host.
-    out.push_str("Connection: close\r\n\r\n");
-    Ok(Request {
-        method: method.to_string(),
-        host: host.to_string(),
-        port,
-        forward: Some(out.into_bytes()),
-    })
-}
-
 /// Read up to the end of the head; returns (head text, bytes after it).
 async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<(String, Vec<u8>), String> {
     let mut buf = Vec::with_capacity(1024);
@@ -465,13 +382,51 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
             return;
         }
     };
+    // A CONNECT to a name: the ClientHello must ask for that name, or the tunnel could reach
+    // any other site the same address serves (a CDN's other tenants). Read before connecting:
+    // TLS speaks first, and nothing reaches the destination unless it passes.
+    let mut first = rest;
+    let sni_name = match Target::parse(&req.host) {
+        Some(Target::Name(name)) if req.forward.is_none() && policy.allowlist.wants_tls(&name, req.port) => {
+            Some(name)
+        }
+        _ => None,
+    };
+    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+    if let Some(name) = &sni_name {
+        if client.write_all(established).await.is_err() {
+            shared.record(decision);
+            return;
+        }
+        match tokio::time::timeout(limits.header_timeout, read_client_hello(&mut client, &mut first)).await {
+            Ok(Ok(Some(asked)))
+                if super::matcher::normalize_name(&asked).as_deref() == Some(name.as_str()) => {}
+            outcome => {
+                let why = match outcome {
+                    Ok(Ok(Some(asked))) => {
+                        format!("the TLS ClientHello asks for {asked}, not the CONNECT host")
+                    }
+                    Ok(Ok(None)) => "the TLS ClientHello names no server (no SNI)".to_string(),
+                    Ok(Err(e)) => e,
+                    Err(_) => format!("no TLS ClientHello within {}s", limits.header_timeout.as_secs()),
+                };
+                let line = format!("blocked {name}:{} — {why}", req.port);
+                tracing::info!(%line, "egress refused");
+                decision.reason = Some(line);
+                shared.record(decision);
+                return;
+            }
+        }
+    }
     decision.allowed = true;
     decision.address = Some(addr.to_string());
     let upstream = match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             let why = format!("cannot connect to {addr}: {e}");
-            let _ = respond(&mut client, 502, "Bad Gateway", &format!("{why}\n")).await;
+            if sni_name.is_none() {
+                let _ = respond(&mut client, 502, "Bad Gateway", &format!("{why}\n")).await;
+            }
             decision.reason = Some(why);
             shared.record(decision);
             return;
@@ -481,31 +436,42 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
                 "no connection to {addr} within {}s",
                 limits.connect_timeout.as_secs()
             );
-            let _ = respond(&mut client, 504, "Gateway Timeout", &format!("{why}\n")).await;
+            if sni_name.is_none() {
+                let _ = respond(&mut client, 504, "Gateway Timeout", &format!("{why}\n")).await;
+            }
             decision.reason = Some(why);
             shared.record(decision);
             return;
         }
     };
     let mut upstream = upstream;
-    let first: Vec<u8> = match &req.forward {
-        None => {
-            if client
-                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                .await
-                .is_err()
-            {
+    if req.forward.is_none() && sni_name.is_none() && client.write_all(established).await.is_err() {
+        shared.record(decision);
+        return;
+    }
+    // Plain HTTP: the proxy's own head, then exactly the declared body.
+    let mut body = None;
+    if let Some(fwd) = &req.forward {
+        let mut end = BodyEnd::new(fwd.body);
+        let taken = match end.feed(&first) {
+            Ok(n) => n,
+            Err(why) => {
+                let _ = respond(&mut client, 400, "Bad Request", &format!("{why}\n")).await;
+                decision.reason = Some(format!("refused: {why}"));
                 shared.record(decision);
                 return;
             }
-            rest
+        };
+        let extra = first.len() - taken;
+        first.truncate(taken);
+        let mut v = fwd.head.clone();
+        v.extend_from_slice(&first);
+        first = v;
+        if extra > 0 {
+            decision.reason = Some(after_the_body(extra as u64));
         }
-        Some(fwd) => {
-            let mut v = fwd.clone();
-            v.extend_from_slice(&rest);
-            v
-        }
-    };
+        body = Some(end);
+    }
     if !first.is_empty() {
         if upstream.write_all(&first).await.is_err() {
             shared.record(decision);
@@ -514,11 +480,41 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
         decision.bytes_up += first.len() as u64;
         shared.total.fetch_add(first.len() as u64, Ordering::Relaxed);
     }
-    let (up, down, cut) = pump(&mut client, &mut upstream, shared).await;
+    let refused_after = decision.reason.take();
+    let (up, down, cut) = pump(&mut client, &mut upstream, shared, body).await;
     decision.bytes_up += up;
     decision.bytes_down += down;
-    decision.reason = cut;
+    decision.reason = cut.or(refused_after);
     shared.record(decision);
+}
+
+fn after_the_body(extra: u64) -> String {
+    format!("refused: {extra} bytes after the request's body were not forwarded (one request per connection)")
+}
+
+/// Read the client's ClientHello into `buf` (which may hold its start already), bounded; its
+/// server name, or why it is none.
+async fn read_client_hello(
+    client: &mut tokio::net::UnixStream,
+    buf: &mut Vec<u8>,
+) -> Result<Option<String>, String> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match super::tls::client_hello(buf) {
+            Ok(Some(hello)) => return Ok(hello.server_name),
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let room = super::tls::MAX_INPUT + 1 - buf.len().min(super::tls::MAX_INPUT);
+        let n = client
+            .read(&mut chunk[..room.min(4096)])
+            .await
+            .map_err(|e| format!("the ClientHello could not be read: {e}"))?;
+        if n == 0 {
+            return Err("closed before the TLS ClientHello ended".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// Copy both ways until both sides end, or a bound is hit. Returns the bytes each way and why
@@ -527,6 +523,7 @@ async fn pump(
     client: &mut tokio::net::UnixStream,
     upstream: &mut TcpStream,
     shared: &Shared,
+    mut body: Option<BodyEnd>,
 ) -> (u64, u64, Option<String>) {
     let limits = &shared.limits;
     let (mut cr, mut cw) = client.split();
@@ -535,6 +532,7 @@ async fn pump(
     let mut b = vec![0u8; 64 * 1024];
     let (mut up, mut down) = (0u64, 0u64);
     let (mut client_done, mut upstream_done) = (false, false);
+    let mut refused = None;
     let deadline = Instant::now() + limits.max_connection_time;
     let mut idle = Instant::now() + limits.idle_timeout;
     let cut = loop {
@@ -548,9 +546,25 @@ async fn pump(
             r = cr.read(&mut a), if !client_done => match r {
                 Ok(0) | Err(_) => { client_done = true; let _ = uw.shutdown().await; }
                 Ok(n) => {
-                    if uw.write_all(&a[..n]).await.is_err() { break None; }
-                    up += n as u64;
-                    shared.total.fetch_add(n as u64, Ordering::Relaxed);
+                    // Plain HTTP: only what is left of the declared body goes on; a byte after
+                    // it (a pipelined request) ends what is read from the client.
+                    let take = match body.as_mut() {
+                        None => n,
+                        Some(end) if end.is_done() => 0,
+                        Some(end) => match end.feed(&a[..n]) {
+                            Ok(t) => t,
+                            Err(why) => break Some(format!("cut: {why}")),
+                        },
+                    };
+                    if take > 0 {
+                        if uw.write_all(&a[..take]).await.is_err() { break None; }
+                        up += take as u64;
+                        shared.total.fetch_add(take as u64, Ordering::Relaxed);
+                    }
+                    if take < n {
+                        refused = Some(after_the_body((n - take) as u64));
+                        client_done = true;
+                    }
                     idle = Instant::now() + limits.idle_timeout;
                 }
             },
@@ -569,7 +583,7 @@ async fn pump(
                 "cut: idle for {}s", limits.idle_timeout.as_secs())),
         }
     };
-    (up, down, cut)
+    (up, down, cut.or(refused))
 }
 
 #[cfg(test)]
@@ -633,43 +647,5 @@ mod tests {
         assert!(line.ends_with("--allow-host pkg.example:22"), "{line}");
         let Refusal(line) = p.check("127.0.0.1", 8080).await.unwrap_err();
         assert!(line.ends_with("--allow-host 127.0.0.1:8080"), "{line}");
-    }
-
-    #[test]
-    fn request_heads_parse() {
-        let r = parse_head("CONNECT pkg.example:443 HTTP/1.1\r\nHost: pkg.example:443").unwrap();
-        assert_eq!(
-            (r.method.as_str(), r.host.as_str(), r.port, r.forward),
-            ("CONNECT", "pkg.example", 443, None)
-        );
-        let r = parse_head("CONNECT [::1]:8443 HTTP/1.1").unwrap();
-        assert_eq!((r.host.as_str(), r.port), ("::1", 8443));
-        let r = parse_head(
-            "GET http://pkg.example:8080/simple/a/?x=1 HTTP/1.1\r\nHost: pkg.example:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*",
-        )
-        .unwrap();
-        assert_eq!((r.host.as_str(), r.port), ("pkg.example", 8080));
-        let fwd = String::from_utf8(r.forward.unwrap()).unwrap();
-        assert_eq!(
-            fwd,
-            "GET /simple/a/?x=1 HTTP/1.1\r\nHost: pkg.example:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-        );
-        let r = parse_head("GET http://pkg.example HTTP/1.0").unwrap();
-        assert_eq!(r.port, 80);
-        assert!(
-            String::from_utf8(r.forward.unwrap())
-                .unwrap()
-                .starts_with("GET / HTTP/1.0\r\nHost: pkg.example\r\n")
-        );
-        for bad in [
-            "GET /local HTTP/1.1",
-            "GET https://pkg.example/ HTTP/1.1",
-            "CONNECT pkg.example HTTP/1.1",
-            "GET http://u:p@pkg.example/ HTTP/1.1",
-            "garbage",
-            "GET http://pkg.example/ HTTP/2",
-        ] {
-            assert!(parse_head(bad).is_err(), "{bad}");
-        }
     }
 }

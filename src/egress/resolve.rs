@@ -5,13 +5,14 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use async_trait::async_trait;
 
 #[async_trait]
 pub trait Resolve: Send + Sync {
-    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
+    /// The addresses to connect to for `host` on `port` (getaddrinfo's answer keeps the port).
+    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>>;
 }
 
 /// The host's resolver (getaddrinfo, through tokio).
@@ -19,9 +20,8 @@ pub struct SystemResolver;
 
 #[async_trait]
 impl Resolve for SystemResolver {
-    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
-        let addrs = tokio::net::lookup_host((host, port)).await?;
-        Ok(addrs.map(|a| a.ip()).collect())
+    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
     }
 }
 
@@ -31,11 +31,27 @@ pub struct StaticResolver(pub Vec<(String, Vec<IpAddr>)>);
 
 #[async_trait]
 impl Resolve for StaticResolver {
-    async fn resolve(&self, host: &str, _port: u16) -> io::Result<Vec<IpAddr>> {
+    async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         self.0
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case(host))
-            .map(|(_, ips)| ips.clone())
+            .map(|(_, ips)| ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no address for {host}")))
+    }
+}
+
+/// A name pinned to one address and port whatever port is asked: for tests, whose servers
+/// listen on loopback ports of their own while the client names 443.
+#[derive(Default, Clone)]
+pub struct PinnedResolver(pub Vec<(String, SocketAddr)>);
+
+#[async_trait]
+impl Resolve for PinnedResolver {
+    async fn resolve(&self, host: &str, _port: u16) -> io::Result<Vec<SocketAddr>> {
+        self.0
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(host))
+            .map(|(_, addr)| vec![*addr])
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no address for {host}")))
     }
 }
