@@ -335,6 +335,36 @@ async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<(String, Vec<u8>),
     }
 }
 
+/// The method and target of a request line the parser refused, bounded (a head is up to 16 KiB
+/// of whatever the sandbox wrote).
+fn request_line_words(head: &str) -> (String, String) {
+    const MAX: usize = 200;
+    let first = head.split(['\r', '\n']).next().unwrap_or_default();
+    let mut words = first.split(' ');
+    let bounded = |w: Option<&str>| {
+        let w = w.unwrap_or_default();
+        let mut end = w.len().min(MAX);
+        while !w.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end < w.len() {
+            format!("{}…", &w[..end])
+        } else {
+            w.to_string()
+        }
+    };
+    let method = bounded(words.next());
+    let target = bounded(words.next());
+    (
+        method,
+        if target.is_empty() {
+            "(no target)".into()
+        } else {
+            target
+        },
+    )
+}
+
 async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
     let limits = &shared.limits;
     let head = match tokio::time::timeout(limits.header_timeout, read_head(&mut client)).await {
@@ -351,6 +381,19 @@ async fn handle(mut client: tokio::net::UnixStream, shared: &Shared) {
         Ok(r) => r,
         Err(why) => {
             let _ = respond(&mut client, 400, "Bad Request", &format!("{why}\n")).await;
+            // A head the parser refuses still named a destination: the user sees the refusal
+            // like any other (the line is escaped where it is printed, never here).
+            let (method, target) = request_line_words(&head);
+            shared.record(Decision {
+                reason: Some(format!("blocked {target} — {why}")),
+                host: target,
+                port: 0,
+                allowed: false,
+                method,
+                address: None,
+                bytes_up: 0,
+                bytes_down: 0,
+            });
             return;
         }
     };
@@ -647,5 +690,15 @@ mod tests {
         assert!(line.ends_with("--allow-host pkg.example:22"), "{line}");
         let Refusal(line) = p.check("127.0.0.1", 8080).await.unwrap_err();
         assert!(line.ends_with("--allow-host 127.0.0.1:8080"), "{line}");
+    }
+
+    #[test]
+    fn a_refused_heads_target_is_kept_bounded() {
+        let (m, t) = request_line_words("CONNECT a\x1b]0;x.example:443 HTTP/1.1\r\nHost: x");
+        assert_eq!((m.as_str(), t.as_str()), ("CONNECT", "a\x1b]0;x.example:443"));
+        let long = format!("GET http://{}é/ HTTP/1.1", "a".repeat(199));
+        let (_, t) = request_line_words(&long);
+        assert!(t.ends_with('…') && t.chars().count() <= 201, "{t}");
+        assert_eq!(request_line_words("").1, "(no target)");
     }
 }
