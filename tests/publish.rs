@@ -83,9 +83,14 @@ impl Published {
 
 /// One HTTP/1.0 request to 127.0.0.1:`port`; the whole answer, or the error.
 fn get(port: u16, path: &str) -> std::io::Result<String> {
+    get_as(port, path, &format!("127.0.0.1:{port}"))
+}
+
+/// The same, naming `host` (as a browser does the name in its address bar).
+fn get_as(port: u16, path: &str, host: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(20)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer)?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
@@ -147,6 +152,16 @@ async fn a_server_in_the_sandbox_answers_the_host_on_loopback_until_the_session_
     for t in many {
         assert!(t.join().unwrap().ends_with("hello from the sandbox\n"));
     }
+    assert!(
+        get_as(port, "/index.html", &format!("localhost:{port}"))
+            .unwrap()
+            .ends_with("sandbox\n")
+    );
+    // A web page that makes its own name resolve to 127.0.0.1 (DNS rebinding) gets a page of
+    // the sandbox's only as its own origin: its requests name it, and are refused here.
+    let rebound = get_as(port, "/index.html", &format!("rebind.example:{port}")).unwrap();
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    assert!(!rebound.contains("hello from the sandbox"), "{rebound}");
     // Loopback only: the one listener on the port is 127.0.0.1's (0100007F in the kernel's
     // byte order), not 0.0.0.0, not any other address of this machine.
     assert_eq!(listeners(port), vec!["0100007F".to_string()]);
@@ -201,7 +216,12 @@ def one(n):
         # Not the protocol: a path, as if the host would follow it.
         s.sendall(b"/var/run/docker.sock\n")
     else:
-        s.sendall(b"+HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nimpostor")
+        # A server of its own, which reads the request as a server does.
+        s.sendall(b"+")
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += s.recv(4096)
+        s.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nimpostor")
     s.close()
 threads = [threading.Thread(target=one, args=(n,)) for n in range(6)]
 for t in threads: t.start()

@@ -36,6 +36,11 @@ pub const MAX_CLIENTS: usize = 64;
 const MAX_WAITING: usize = 8;
 /// How long a client waits for the sandbox to offer a connection, and for its answer.
 const WAIT: Duration = Duration::from_secs(10);
+/// How long a new client has to speak before it is taken for one that waits for the server
+/// to speak first (no browser does): its connection then goes through unread.
+const SPEAKS_FIRST: Duration = Duration::from_millis(300);
+/// The most of a first request head read before it is passed on (browsers send a few KiB).
+const MAX_HEAD: usize = 16 << 10;
 
 /// One `--publish`: where the host listens, and the sandbox port it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,30 @@ pub struct Publisher {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The `Host` values a browser sends for this port when it really means this machine's
+/// loopback; `None` (no check) on a non-loopback address, whose names agentbox cannot know.
+fn own_hosts(local: SocketAddr) -> Option<Arc<Vec<String>>> {
+    if !local.ip().is_loopback() {
+        return None;
+    }
+    let port = local.port();
+    let mut names = vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "[::1]".to_string(),
+        match local.ip() {
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        },
+    ];
+    names.dedup();
+    let mut hosts: Vec<String> = names.iter().map(|n| format!("{n}:{port}")).collect();
+    if port == 80 {
+        hosts.extend(names);
+    }
+    Some(Arc::new(hosts))
+}
+
 impl Publisher {
     /// Listen on the host port and on a fresh socket in a new private directory (inside a
     /// tokio runtime).
@@ -108,7 +137,7 @@ impl Publisher {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666))?;
         let (ready_tx, ready) = watch::channel(false);
-        let task = tokio::spawn(serve(tcp, unix, ready_tx));
+        let task = tokio::spawn(serve(tcp, unix, ready_tx, own_hosts(local)));
         Ok(Publisher {
             spec,
             local,
@@ -156,7 +185,12 @@ impl Drop for Publisher {
 
 type Waiting = Arc<Mutex<mpsc::Receiver<UnixStream>>>;
 
-async fn serve(tcp: TcpListener, unix: UnixListener, ready: watch::Sender<bool>) {
+async fn serve(
+    tcp: TcpListener,
+    unix: UnixListener,
+    ready: watch::Sender<bool>,
+    hosts: Option<Arc<Vec<String>>>,
+) {
     let (offer, waiting) = mpsc::channel::<UnixStream>(MAX_WAITING);
     let waiting: Waiting = Arc::new(Mutex::new(waiting));
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
@@ -177,8 +211,9 @@ async fn serve(tcp: TcpListener, unix: UnixListener, ready: watch::Sender<bool>)
                 Ok((client, _)) => match slots.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let waiting = waiting.clone();
+                        let hosts = hosts.clone();
                         conns.spawn(async move {
-                            join(client, &waiting).await;
+                            join(client, &waiting, hosts.as_deref().map(Vec::as_slice)).await;
                             drop(permit);
                         });
                     }
@@ -193,8 +228,28 @@ async fn serve(tcp: TcpListener, unix: UnixListener, ready: watch::Sender<bool>)
 
 /// Join `client` to the port inside, through one of the sandbox's waiting connections. One
 /// that is gone or answers anything but the protocol's byte is closed and the next tried,
-/// until [`WAIT`] has passed.
-async fn join(mut client: TcpStream, waiting: &Waiting) {
+/// until [`WAIT`] has passed. A first HTTP request that names another host (`hosts`) is
+/// answered here and never reaches the sandbox.
+async fn join(mut client: TcpStream, waiting: &Waiting, hosts: Option<&[String]>) {
+    let Ok(first) = first_bytes(&mut client).await else {
+        return;
+    };
+    if let Some(hosts) = hosts
+        && let Some(host) = foreign_host(&first, hosts)
+    {
+        tracing::info!(host = %host.escape_debug(), "published port: a request for another host refused");
+        let body = "agentbox: this published port answers requests for 127.0.0.1 and localhost only \
+                    (another name that resolves to this machine is how DNS rebinding reaches it)\n";
+        let head = format!(
+            "HTTP/1.1 421 Misdirected Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = client.write_all(head.as_bytes()).await;
+        let _ = client.write_all(body.as_bytes()).await;
+        let _ = client.shutdown().await;
+        return;
+    }
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let next = {
@@ -211,7 +266,7 @@ async fn join(mut client: TcpStream, waiting: &Waiting) {
         match tokio::time::timeout_at(deadline, sandbox.read(&mut answer)).await {
             Ok(Ok(1)) if answer[0] == JOINED => {
                 let _ = client.set_nodelay(true);
-                relay(&mut client, &mut sandbox).await;
+                relay(&mut client, &mut sandbox, &first).await;
                 return;
             }
             // Nothing listens inside: the client's connection is closed, as a refused one.
@@ -222,14 +277,72 @@ async fn join(mut client: TcpStream, waiting: &Waiting) {
     }
 }
 
-/// Copy both ways until both directions end, each direction's end passed on as a shutdown:
+/// What the client sends before the sandbox is asked: nothing if it waits for the server
+/// to speak first ([`SPEAKS_FIRST`]); the first request's head (bounded) if it speaks HTTP;
+/// else its first bytes. `Err`: it went away.
+async fn first_bytes(client: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    match tokio::time::timeout(SPEAKS_FIRST, client.read(&mut chunk)).await {
+        Err(_) => return Ok(buf),
+        Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+        Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        Ok(Err(e)) => return Err(e),
+    }
+    if !looks_like_http(&buf) {
+        return Ok(buf);
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while head_end(&buf).is_none() && buf.len() < MAX_HEAD {
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    Ok(buf)
+}
+
+/// A request line's start: a method token (capitals) and a space.
+fn looks_like_http(buf: &[u8]) -> bool {
+    let method = buf.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    (3..=10).contains(&method) && buf.get(method) == Some(&b' ')
+}
+
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// The `Host` of an HTTP request head when it is not one of `hosts` (compared without case).
+/// A head without one passes: browsers always send it, and only a browser can be made to
+/// connect by a web page.
+fn foreign_host(buf: &[u8], hosts: &[String]) -> Option<String> {
+    if !looks_like_http(buf) {
+        return None;
+    }
+    let head = &buf[..head_end(buf).unwrap_or(buf.len())];
+    let head = String::from_utf8_lossy(head);
+    for line in head.split("\r\n").skip(1) {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        if name.trim().eq_ignore_ascii_case("host") {
+            let value = value.trim();
+            return (!hosts.iter().any(|h| h.eq_ignore_ascii_case(value))).then(|| value.to_string());
+        }
+    }
+    None
+}
+
+/// Copy both ways (the client's `first` bytes, read already, ahead) until both directions end, each direction's end passed on as a shutdown:
 /// one direction failing (a server that answers and closes before reading the whole request)
 /// does not cut the other short, as `copy_bidirectional` would.
-async fn relay(client: &mut TcpStream, sandbox: &mut UnixStream) {
+async fn relay(client: &mut TcpStream, sandbox: &mut UnixStream, first: &[u8]) {
     let (mut client_in, mut client_out) = client.split();
     let (mut sandbox_in, mut sandbox_out) = sandbox.split();
     let up = async {
-        let _ = tokio::io::copy(&mut client_in, &mut sandbox_out).await;
+        if sandbox_out.write_all(first).await.is_ok() {
+            let _ = tokio::io::copy(&mut client_in, &mut sandbox_out).await;
+        }
         let _ = sandbox_out.shutdown().await;
     };
     let down = async {
@@ -242,6 +355,28 @@ async fn relay(client: &mut TcpStream, sandbox: &mut UnixStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_for_another_host_is_foreign() {
+        let hosts = own_hosts("127.0.0.1:8000".parse().unwrap()).unwrap();
+        let req = |host: &str| format!("GET / HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n\r\n");
+        for ours in ["127.0.0.1:8000", "localhost:8000", "LOCALHOST:8000", "[::1]:8000"] {
+            assert_eq!(foreign_host(req(ours).as_bytes(), &hosts), None, "{ours}");
+        }
+        for theirs in ["rebind.example:8000", "127.0.0.1:9000", "localhost", "127.0.0.1"] {
+            assert_eq!(
+                foreign_host(req(theirs).as_bytes(), &hosts).as_deref(),
+                Some(theirs),
+                "{theirs}"
+            );
+        }
+        // Not HTTP, or HTTP without a Host: not a browser's, passed on.
+        assert_eq!(foreign_host(b"\x16\x03\x01 hello", &hosts), None);
+        assert_eq!(foreign_host(b"GET / HTTP/1.0\r\n\r\n", &hosts), None);
+        assert!(own_hosts("0.0.0.0:8000".parse().unwrap()).is_none());
+        let on_80 = own_hosts("127.0.0.1:80".parse().unwrap()).unwrap();
+        assert_eq!(foreign_host(req("localhost").as_bytes(), &on_80), None);
+    }
 
     #[test]
     fn the_forms_of_publish() {
