@@ -597,7 +597,7 @@ mod tests {
         let default = run_settings(&[]).sandbox;
         assert!(!default.command_timeout_given);
         assert_eq!(
-            default.command_timeout_for("agentbox/python:2"),
+            default.command_timeout_for("agentbox/python:3"),
             DEFAULT_COMMAND_TIMEOUT
         );
         assert_eq!(
