@@ -65,7 +65,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/python/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(120),
-        approx_mb: 429,
+        approx_mb: 444,
     },
     KnownImage {
         name: "node",

@@ -152,14 +152,15 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
         warm.report.as_ref().unwrap().get("egress").is_none(),
         "no proxy ran"
     );
-    // For the figure only: the same run without setup (its tests fail, the package is missing).
+    // For the figure only: the same run without setup (its tests cannot start, the declared
+    // package is missing: exit 2 before any model request).
     let t2 = Instant::now();
     let bare = hostile(&project, turns, &["--no-setup", "--command-timeout", "300"]).await;
     let bare_secs = t2.elapsed().as_secs_f64();
     assert_eq!(
         bare.code,
-        Some(1),
-        "without the package the tests fail: {}",
+        Some(2),
+        "without the package the tests cannot start: {}",
         bare.stderr
     );
     eprintln!(
