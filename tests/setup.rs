@@ -569,3 +569,168 @@ async fn remove_caches(project: &Project) {
         agentbox::sandbox::caches::remove(&docker, &name).await;
     }
 }
+
+/// A network that re-signs TLS, on loopback: an HTTPS index whose certificate only the host's
+/// bundle (`SSL_CERT_FILE`, for this run) trusts. With it, setup's pip installs through the
+/// proxy and the agent's commands (`--agent-network allowlist`) verify too, the bundle mounted
+/// read-only; without it, setup stops with a message naming `--ca-cert` and the doctor;
+/// `--no-host-ca --ca-cert FILE` passes that file's certificates, and nothing else of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_trusts_what_the_host_trusts_and_says_what_to_do_when_it_does_not() {
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::https(simple_index("agentbox-fixture-pkg", &file, data), "localhost").await;
+    let port = index.addr.port();
+    let ca = index.ca_pem.clone().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let host_bundle = host.path().join("host-bundle.pem");
+    std::fs::write(&host_bundle, &ca).unwrap();
+    let allow = format!("127.0.0.1:{port}");
+    // No retries: an untrusted certificate is not a flaky network.
+    let install = format!(
+        "python3 -m venv --system-site-packages {VENV} && pip install --retries 0 --index-url https://127.0.0.1:{port}/simple/ -r requirements.txt"
+    );
+    let probe = bash(&format!(
+        "python3 -c 'import agentbox_fixture_pkg as p; print(p.VALUE)'; \
+         python3 -c 'import urllib.request as u; print(\"agent got\", u.urlopen(\"https://127.0.0.1:{port}/simple/agentbox-fixture-pkg/\", timeout=30).status)' 2>&1 | tail -1; \
+         echo \"names $SSL_CERT_FILE $PIP_CERT $CARGO_HTTP_CAINFO\"; \
+         echo extra >> \"$SSL_CERT_FILE\" || echo BUNDLE-READ-ONLY"
+    ));
+    let host_bundle_text = host_bundle.display().to_string();
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([{"tool_calls": [probe]}, done("Checked.")]),
+        &[
+            "--setup",
+            install.as_str(),
+            "--allow-host",
+            allow.as_str(),
+            "--agent-network",
+            "allowlist",
+            "--command-timeout",
+            "300",
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let trusted = finish(spawned).await;
+    assert_eq!(trusted.code, Some(0), "{}", trusted.stderr);
+    assert!(
+        trusted
+            .stderr
+            .contains("Successfully installed agentbox-fixture-pkg-1.0"),
+        "{}",
+        trusted.stderr
+    );
+    assert!(
+        notes(&trusted).iter().any(|n| n
+            .starts_with("setup: TLS trusts the image's CAs and the host's CA bundle (SSL_CERT_FILE)")
+            && n.ends_with("(1 certificates)")),
+        "{:?}",
+        notes(&trusted)
+    );
+    let (_, out, _) = trusted.result(0);
+    assert!(out.contains("from the local index"), "{out}");
+    assert!(
+        out.contains("agent got 200"),
+        "the agent's commands verify too: {out}"
+    );
+    let mounted = "/run/agentbox-ca.pem";
+    assert!(
+        out.contains(&format!("names {mounted} {mounted} {mounted}")),
+        "{out}"
+    );
+    assert!(out.contains("BUNDLE-READ-ONLY"), "{out}");
+    assert!(
+        !std::fs::read_to_string(&host_bundle).unwrap().contains("extra"),
+        "the host's file is untouched"
+    );
+    let docker = docker().await;
+    for name in caches_of(&project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+
+    // Without the host's bundle holding the CA (the system bundle does not): a clear stop.
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", install.as_str(), "--allow-host", allow.as_str()],
+        &[("SSL_CERT_FILE", "")],
+    );
+    let untrusted = finish(spawned).await;
+    assert_eq!(untrusted.code, Some(4), "{}", untrusted.stderr);
+    assert!(
+        untrusted.stderr.contains("CERTIFICATE_VERIFY_FAILED"),
+        "{}",
+        untrusted.stderr
+    );
+    assert!(
+        untrusted
+            .stderr
+            .contains("hint: a TLS certificate was not trusted (setup trusted the host's CA bundle")
+            && untrusted
+                .stderr
+                .contains("give its CA certificate with --ca-cert FILE")
+            && untrusted.stderr.contains("`agentbox doctor` checks TLS"),
+        "{}",
+        untrusted.stderr
+    );
+    assert_eq!(untrusted.steps(), 0, "no model request");
+    assert!(caches_of(&project).await.is_empty());
+
+    // --no-host-ca --ca-cert: a combined PEM (certificate and private key) gives only its
+    // certificate; the setup command sees no key and cannot write the bundle.
+    let combined = host.path().join("combined.pem");
+    std::fs::write(
+        &combined,
+        format!("{ca}-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let checked = format!("! grep -q 'PRIVATE KEY' \"$PIP_CERT\" && ! test -w \"$PIP_CERT\" && {install}");
+    let combined_text = combined.display().to_string();
+    let spawned = spawn_run(
+        &project,
+        json!([done("Nothing to do.")]),
+        &[
+            "--setup",
+            checked.as_str(),
+            "--allow-host",
+            allow.as_str(),
+            "--no-host-ca",
+            "--ca-cert",
+            combined_text.as_str(),
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let given = finish(spawned).await;
+    assert_eq!(given.code, Some(0), "{}", given.stderr);
+    assert!(
+        notes(&given)
+            .iter()
+            .any(|n| n.starts_with("setup: TLS trusts the image's CAs and --ca-cert ")),
+        "{:?}",
+        notes(&given)
+    );
+    for name in caches_of(&project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+    // With --no-host-ca and nothing given, no bundle at all.
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([done("never asked")]),
+        &[
+            "--setup",
+            "test -z \"$SSL_CERT_FILE\" && test ! -e /run/agentbox-ca.pem && exit 7",
+            "--no-host-ca",
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let none = finish(spawned).await;
+    assert!(
+        none.stderr.contains("ended with exit 7"),
+        "no bundle and no variable: {}",
+        none.stderr
+    );
+    assert!(caches_of(&project).await.is_empty());
+}
