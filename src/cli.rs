@@ -209,6 +209,9 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
+    #[command(flatten)]
+    pub trust: TrustArgs,
+
     /// Also check this project directory (owner, .git) before you run agentbox on it.
     pub project: Option<PathBuf>,
 }
@@ -459,6 +462,24 @@ pub struct SetupArgs {
     /// the egress proxy.
     #[arg(long, value_enum, default_value_t = AgentNetwork::None)]
     pub agent_network: AgentNetwork,
+
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// Which certificate authorities the setup phase (and `--agent-network allowlist`) trusts,
+/// beyond the image's own (see README "Security model").
+#[derive(Debug, Clone, Default, Args)]
+pub struct TrustArgs {
+    /// A PEM file of CA certificates the setup phase trusts too (a proxy that re-signs TLS, a
+    /// private registry's CA); repeat it for several. Only its certificates are passed in.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+
+    /// Do not pass the host's CA bundle (SSL_CERT_FILE, else the system bundle) to the setup
+    /// phase: its tools trust the image's own CAs, or, with --ca-cert, those files only.
+    #[arg(long)]
+    pub no_host_ca: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -433,6 +433,25 @@ pub struct SetupSettings {
     pub agent_network: bool,
     /// `--no-default-registries`.
     pub no_default_registries: bool,
+    /// The CAs the setup phase trusts beyond the image's.
+    pub trust: TrustSettings,
+}
+
+/// `--ca-cert`, `[network] ca_certs` and `--no-host-ca`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrustSettings {
+    /// Pass the host's CA bundle (`SSL_CERT_FILE`, else the system bundle).
+    pub host_ca: bool,
+    pub ca_certs: Vec<std::path::PathBuf>,
+}
+
+impl TrustSettings {
+    pub fn from_args(args: &crate::cli::TrustArgs) -> Self {
+        TrustSettings {
+            host_ca: !args.no_host_ca,
+            ca_certs: args.ca_cert.clone(),
+        }
+    }
 }
 
 impl SetupSettings {
@@ -453,6 +472,7 @@ impl SetupSettings {
             allow,
             agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
             no_default_registries: args.no_default_registries,
+            trust: TrustSettings::from_args(&args.trust),
         })
     }
 }
@@ -604,7 +624,7 @@ mod tests {
         let default = run_settings(&[]).sandbox;
         assert!(!default.command_timeout_given);
         assert_eq!(
-            default.command_timeout_for("agentbox/python:2"),
+            default.command_timeout_for("agentbox/python:3"),
             DEFAULT_COMMAND_TIMEOUT
         );
         assert_eq!(

@@ -255,6 +255,7 @@ impl Session {
             warnings,
             egress,
             _agent_proxy: setup.proxy,
+            _agent_ca: setup.ca_bundle,
             before: std::sync::OnceLock::new(),
         })
     }
