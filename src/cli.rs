@@ -103,6 +103,18 @@ pub struct SandboxArgs {
     /// Podman or Docker on cgroup v1), with a warning on every run. Refused without it.
     #[arg(long, env = "AGENTBOX_ALLOW_WEAK_LIMITS", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub allow_weak_limits: bool,
+
+    /// Most entries agentbox's own scan of a bind-mounted project looks at, before and after the
+    /// session (for hard links leading outside, git metadata, and what changed). A scan that
+    /// stops there refuses the mount before a session and says "incomplete" after one.
+    #[arg(long, value_name = "N", default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub host_scan_limit: u64,
+
+    /// Most seconds that scan takes, likewise.
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub host_scan_timeout: u64,
 }
 
 /// `--publish` (shell, run, chat, exec, mcp).

@@ -723,7 +723,7 @@ mod tests {
     fn spec() -> SandboxSpec {
         SandboxSpec {
             session: "abc".into(),
-            image: "agentbox/python:2".into(),
+            image: "agentbox/python:3".into(),
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],
