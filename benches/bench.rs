@@ -4,9 +4,9 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick [loop|egress|startup|round-trips|eval]]   ("quick"
-//! runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only the
-//! proxy's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
+//! Usage: cargo bench --bench bench [-- quick [loop|egress|publish|startup|round-trips|eval]]
+//! ("quick" runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only
+//! the proxy's, "publish" only a published port's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
 //! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
 #![allow(
     clippy::disallowed_macros,
@@ -1047,6 +1047,10 @@ async fn main() {
     if args.iter().any(|a| a == "egress") {
         return egress(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
     }
+    // `-- publish`: a published port's added latency and its throughput, against loopback.
+    if args.iter().any(|a| a == "publish") {
+        return publish(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
+    }
     through_the_loop(if quick { 40 } else { 100 }, if quick { 3 } else { 5 }).await;
     // `-- quick loop`: only the rows above, for working on them.
     if args.iter().any(|a| a == "loop") {
@@ -1057,6 +1061,166 @@ async fn main() {
     load_and_flood(repeats);
     big_repo(repo).await;
     eval_throughput();
+    publish(300, 5).await;
+}
+
+/// The same HTTP server on both sides of the comparison (python3's sockets, one thread per
+/// connection): `/small` is 100 bytes, `/big` 100 MB. It prints its port once it listens.
+const PUBLISH_SERVER: &str = r#"
+import socket, sys, threading
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1])))
+srv.listen(128)
+print(srv.getsockname()[1], flush=True)
+zeros = bytes(256 * 1024)
+def serve(c):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        b = c.recv(4096)
+        if not b:
+            c.close()
+            return
+        buf += b
+    n = 100_000_000 if b" /big " in buf else 100
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % n)
+    while n > 0:
+        k = min(n, len(zeros))
+        c.sendall(zeros[:k])
+        n -= k
+    c.close()
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// `--publish`: a request from the host through a published port to a server in the
+/// sandbox, against the same server on the host's loopback, same client, same run.
+async fn publish(n: usize, repeats: usize) {
+    use agentbox::sandbox::publish::{PublishSpec, Publisher};
+    // Direct: the server on this machine's loopback.
+    let mut host_server = Command::new("python3")
+        .args(["-c", PUBLISH_SERVER, "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 on the host");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(host_server.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let direct_addr: std::net::SocketAddr = format!("127.0.0.1:{}", line.trim()).parse().unwrap();
+    // Published: the same server in a sandbox, its port 8000 published on any free host port.
+    let publisher = Publisher::start(PublishSpec::parse("0:8000").unwrap()).unwrap();
+    let published_addr = publisher.local_addr();
+    let project = project_with(&[("server.py", PUBLISH_SERVER.as_bytes().to_vec())]);
+    let mut cfg = config(false);
+    cfg.extras.forwards = vec![publisher.forward()];
+    let docker = connect_docker().await.unwrap();
+    let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap())
+        .await
+        .unwrap();
+    let cmd = "python3 /workspace/server.py 8000";
+    sb.start_process(
+        ExecRequest::shell(cmd, Duration::from_secs(3600)),
+        cmd.into(),
+        Duration::from_millis(500),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    publisher.ready().await;
+    let request = |addr: std::net::SocketAddr, path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", addr.port())
+    };
+    // Until the server inside answers.
+    let start = Instant::now();
+    while read_all(
+        tokio::net::TcpStream::connect(published_addr).await.unwrap(),
+        &request(published_addr, "/small"),
+    )
+    .await
+        == 0
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the sandbox's server never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let got = read_all(
+            tokio::net::TcpStream::connect(direct_addr).await.unwrap(),
+            &request(direct_addr, "/small"),
+        )
+        .await;
+        assert!(got > 100);
+        direct.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let got = read_all(
+            tokio::net::TcpStream::connect(published_addr).await.unwrap(),
+            &request(published_addr, "/small"),
+        )
+        .await;
+        assert!(got > 100);
+        via.push(ms(t.elapsed()));
+    }
+    let (d, v) = (stats(direct), stats(via));
+    row(
+        "publish: 100-byte GET, a connection each, direct on loopback",
+        &d,
+        "ms",
+        &format!("n={n}; the same python3 server on the host"),
+    );
+    row(
+        "publish: 100-byte GET, a connection each, published port",
+        &v,
+        "ms",
+        &format!(
+            "n={n}; added {:.2} ms, {:.1}x",
+            v.median - d.median,
+            v.median / d.median
+        ),
+    );
+    let (mut direct, mut via) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let t = Instant::now();
+        let got = read_all(
+            tokio::net::TcpStream::connect(direct_addr).await.unwrap(),
+            &request(direct_addr, "/big"),
+        )
+        .await;
+        assert!(got > 100_000_000);
+        direct.push(100.0 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let got = read_all(
+            tokio::net::TcpStream::connect(published_addr).await.unwrap(),
+            &request(published_addr, "/big"),
+        )
+        .await;
+        assert!(got > 100_000_000);
+        via.push(100.0 / t.elapsed().as_secs_f64());
+    }
+    let (d, v) = (stats(direct), stats(via));
+    row(
+        "publish: 100 MB download, direct on loopback",
+        &d,
+        "MB/s",
+        &format!("n={repeats}"),
+    );
+    row(
+        "publish: 100 MB download, published port",
+        &v,
+        "MB/s",
+        &format!("n={repeats}; {:.2}x direct", v.median / d.median),
+    );
+    drop(publisher);
+    sb.shutdown().await.unwrap();
+    let _ = host_server.kill();
+    let _ = host_server.wait();
 }
 
 /// A loopback HTTP server: `/small` (100 bytes) and `/big` (100 MB), one request per
