@@ -4,8 +4,8 @@
 //!
 //! The setup container has the same policy, uid and limits as the agent's; what differs is the
 //! proxy's socket (forwarded on its loopback by the executor), the proxy variables, and the
-//! cache volume mounted writable. A cache whose key (image, uid, commands, the root manifests
-//! and lockfiles) matches a committed one skips the phase: nothing is downloaded again.
+//! cache volume mounted writable. A cache whose key (image, uid, commands, and what setup reads:
+//! see `project::cache_key`) matches a committed one skips the phase: nothing is downloaded again.
 
 use std::collections::HashMap;
 use std::path::Path;
