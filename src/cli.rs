@@ -117,10 +117,28 @@ pub struct SandboxArgs {
     pub host_scan_timeout: u64,
 }
 
+/// `--publish` (shell, run, chat, exec, mcp).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PublishArgs {
+    /// Forward this machine's 127.0.0.1:HOST_PORT to the sandbox's own 127.0.0.1:PORT
+    /// (HOST_PORT: PORT if not given; 0 for any free port, printed). Repeat it for several. The
+    /// sandbox keeps no network; the port closes when the session ends.
+    #[arg(long, value_name = "[HOST_PORT:]PORT")]
+    pub publish: Vec<String>,
+
+    /// Listen for --publish on ADDR instead of 127.0.0.1, e.g. 0.0.0.0: anyone who can reach
+    /// ADDR then reaches the sandbox's server, and agentbox warns on every run.
+    #[arg(long, value_name = "ADDR", requires = "publish")]
+    pub unsafe_publish_address: Option<std::net::IpAddr>,
+}
+
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// Forward stdin to the command.
     #[arg(short, long)]
@@ -146,6 +164,9 @@ pub struct ExecArgs {
 pub struct ShellArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// Mount the project read-only: look around without risk.
     #[arg(long, conflicts_with = "isolate")]
@@ -177,6 +198,9 @@ pub struct ShellArgs {
 pub struct McpArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// The project's test command for `run_tests`; repeat it for several [default: detected
     /// from the project's root manifests].
@@ -549,6 +573,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub session: SessionArgs,
 
+    #[command(flatten)]
+    pub publish: PublishArgs,
+
     /// Print the final report as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -582,6 +609,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub session: SessionArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,

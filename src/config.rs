@@ -418,6 +418,9 @@ pub struct AgentSettings {
     pub strategies: Vec<crate::cli::Strategy>,
     pub repair: RepairSettings,
     pub setup: SetupSettings,
+    /// `--publish`: forwards for the session's own sandbox only (not setup's, not a
+    /// candidate's: one sandbox answers a published port).
+    pub published: Vec<crate::sandbox::Forward>,
 }
 
 /// The setup phase: what it runs, how long it may take, and where it may connect.
@@ -583,6 +586,7 @@ impl AgentSettings {
                 retry_temperature: args.retry_temperature,
             },
             setup: SetupSettings::from_args(&args.setup)?,
+            published: Vec::new(),
         })
     }
 }
