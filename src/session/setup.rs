@@ -168,6 +168,10 @@ impl Session {
         let egress = super::setup_phase::EgressLog::default();
         let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
+        sandbox_cfg
+            .extras
+            .forwards
+            .extend(settings.published.iter().cloned());
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
         preflight::report(
             events.as_ref(),
@@ -300,6 +304,7 @@ pub(super) async fn open_isolated(
             project: root,
             manifest: Arc::new(packed.manifest),
             settings: iso.clone(),
+            left_out: packed.left_out,
         },
     ))
 }
