@@ -467,6 +467,10 @@ pub struct SetupArgs {
     #[arg(long, conflicts_with = "setup")]
     pub no_setup: bool,
 
+    /// Fill the setup cache again even when one fits (removing it first).
+    #[arg(long, conflicts_with = "no_setup")]
+    pub refresh_setup: bool,
+
     /// The longest the whole setup phase may take.
     #[arg(long, value_name = "SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]
     pub setup_timeout: u64,
