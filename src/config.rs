@@ -45,6 +45,9 @@ pub struct SandboxConfig {
     /// Egress socket and dependency caches for the sandboxes this config starts (the session
     /// sets them; none by default).
     pub extras: crate::sandbox::Extras,
+    /// `--host-scan-limit`, `--host-scan-timeout`: how far the host's scans of a bind-mounted
+    /// project go.
+    pub host_scan: crate::sandbox::hostscan::ScanBounds,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -131,6 +134,10 @@ impl SandboxConfig {
             allow_weak_limits: args.allow_weak_limits,
             cleanup: Default::default(),
             extras: Default::default(),
+            host_scan: crate::sandbox::hostscan::ScanBounds {
+                entries: usize::try_from(args.host_scan_limit).unwrap_or(usize::MAX),
+                time: Duration::from_secs(args.host_scan_timeout),
+            },
         })
     }
 
@@ -175,7 +182,7 @@ impl SandboxConfig {
 
     /// The spec for a sandbox with `project` bind-mounted.
     pub fn bind_spec(&self, project: &Path) -> Result<SandboxSpec, crate::sandbox::SandboxError> {
-        let (workspace, uid, gid) = crate::sandbox::bind_workspace(project)?;
+        let (workspace, uid, gid) = crate::sandbox::bind_workspace(project, &self.host_scan)?;
         Ok(SandboxSpec {
             session: new_session_id(),
             image: self.image.clone(),
@@ -411,6 +418,9 @@ pub struct AgentSettings {
     pub strategies: Vec<crate::cli::Strategy>,
     pub repair: RepairSettings,
     pub setup: SetupSettings,
+    /// `--publish`: forwards for the session's own sandbox only (not setup's, not a
+    /// candidate's: one sandbox answers a published port).
+    pub published: Vec<crate::sandbox::Forward>,
 }
 
 /// The setup phase: what it runs, how long it may take, and where it may connect.
@@ -426,6 +436,25 @@ pub struct SetupSettings {
     pub agent_network: bool,
     /// `--no-default-registries`.
     pub no_default_registries: bool,
+    /// The CAs the setup phase trusts beyond the image's.
+    pub trust: TrustSettings,
+}
+
+/// `--ca-cert`, `[network] ca_certs` and `--no-host-ca`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrustSettings {
+    /// Pass the host's CA bundle (`SSL_CERT_FILE`, else the system bundle).
+    pub host_ca: bool,
+    pub ca_certs: Vec<std::path::PathBuf>,
+}
+
+impl TrustSettings {
+    pub fn from_args(args: &crate::cli::TrustArgs) -> Self {
+        TrustSettings {
+            host_ca: !args.no_host_ca,
+            ca_certs: args.ca_cert.clone(),
+        }
+    }
 }
 
 impl SetupSettings {
@@ -446,6 +475,7 @@ impl SetupSettings {
             allow,
             agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
             no_default_registries: args.no_default_registries,
+            trust: TrustSettings::from_args(&args.trust),
         })
     }
 }
@@ -556,6 +586,7 @@ impl AgentSettings {
                 retry_temperature: args.retry_temperature,
             },
             setup: SetupSettings::from_args(&args.setup)?,
+            published: Vec::new(),
         })
     }
 }
@@ -597,7 +628,7 @@ mod tests {
         let default = run_settings(&[]).sandbox;
         assert!(!default.command_timeout_given);
         assert_eq!(
-            default.command_timeout_for("agentbox/python:2"),
+            default.command_timeout_for("agentbox/python:3"),
             DEFAULT_COMMAND_TIMEOUT
         );
         assert_eq!(

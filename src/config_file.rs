@@ -81,19 +81,30 @@ pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> R
                 )));
             };
             for (k, v) in net {
-                let hosts = match (k.as_str(), v.as_array()) {
-                    ("allow", Some(items)) if items.iter().all(|i| i.is_str()) => items
+                let items = match (k.as_str(), v.as_array()) {
+                    ("allow" | "ca_certs", Some(items)) if items.iter().all(|i| i.is_str()) => items
                         .iter()
                         .filter_map(|i| i.as_str().map(String::from))
                         .collect::<Vec<_>>(),
                     _ => {
                         return Err(UsageError(format!(
-                            "config file {}: [network] takes `allow`, a list of host names",
+                            "config file {}: [network] takes `allow`, a list of host names, and \
+                             `ca_certs`, a list of PEM files",
                             path.display()
                         )));
                     }
                 };
-                cmd = set_default(cmd, "allow_host", &hosts);
+                if k == "allow" {
+                    cmd = set_default(cmd, "allow_host", &items);
+                } else {
+                    // A relative path is the config file's neighbour, wherever agentbox runs.
+                    let base = path.parent().unwrap_or(std::path::Path::new("."));
+                    let files: Vec<String> = items
+                        .iter()
+                        .map(|f| base.join(f).to_string_lossy().into_owned())
+                        .collect();
+                    cmd = set_default(cmd, "ca_cert", &files);
+                }
             }
             continue;
         }
@@ -211,6 +222,42 @@ mod tests {
         );
         assert_eq!(run.agent.setup.setup, ["make deps"]);
         assert!(parse("[network]\ndeny = [\"x\"]", &["agentbox", "run", "p"]).is_err());
+        let Sub::Run(run) = parse(
+            "[network]\nca_certs = [\"corp.pem\", \"/abs/other.pem\"]\n",
+            &["agentbox", "run", "--ca-cert", "given.pem", "p"],
+        )
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            run.agent.setup.trust.ca_cert,
+            [std::path::PathBuf::from("given.pem")],
+            "a flag replaces the file's list, as for every list"
+        );
+        let Sub::Run(run) = parse(
+            "[network]\nca_certs = [\"corp.pem\", \"/abs/other.pem\"]\n",
+            &["agentbox", "run", "p"],
+        )
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            run.agent.setup.trust.ca_cert,
+            [std::path::PathBuf::from("corp.pem"), "/abs/other.pem".into()],
+            "relative to the config file's directory (here: none)"
+        );
+        let Sub::Doctor(doctor) = parse("[network]\nca_certs = [\"corp.pem\"]\n", &["agentbox", "doctor"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(doctor.trust.ca_cert, [std::path::PathBuf::from("corp.pem")]);
+        assert!(parse("[network]\nca_certs = \"corp.pem\"", &["agentbox", "run", "p"]).is_err());
         assert!(parse("network = \"x\"", &["agentbox", "run", "p"]).is_err());
     }
 

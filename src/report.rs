@@ -220,6 +220,11 @@ impl From<&crate::sandbox::ProcessState> for ProcessRecord {
     }
 }
 
+/// How much of the model's summary the text report shows (the JSON report has all of it).
+const MAX_SUMMARY_LINES: usize = 60;
+const MAX_SUMMARY_LINE_CHARS: usize = 400;
+const MAX_SUMMARY_BYTES: usize = 8 << 10;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub session: String,
@@ -556,7 +561,7 @@ impl Report {
             }
             if o.incomplete {
                 s.push_str(&format!(
-                    "  (the project has more than {} entries; the scan stopped there: changes past them are unknown)\n",
+                    "  (incomplete: the host's scan keeps account of {} entries at most, and --host-scan-limit / --host-scan-timeout bound it; changes past that are unknown)\n",
                     hostscan::MAX_ENTRIES
                 ));
             }
@@ -578,8 +583,31 @@ impl Report {
         }
         if let Some(summary) = &self.summary {
             s.push_str("\nmodel's summary (its own words; the test result above is agentbox's):\n");
-            for line in summary.trim().lines() {
-                s.push_str(&format!("  {line}\n"));
+            // The model's words are the model's size: a reply of megabytes would bury the
+            // verdict. The JSON report keeps all of it.
+            let summary = summary.trim();
+            let mut shown = 0usize;
+            let mut cut = false;
+            for (i, line) in summary.lines().enumerate() {
+                if i == MAX_SUMMARY_LINES || shown >= MAX_SUMMARY_BYTES {
+                    cut = true;
+                    break;
+                }
+                let clipped: String = line.chars().take(MAX_SUMMARY_LINE_CHARS).collect();
+                let more = if clipped.len() < line.len() {
+                    cut = true;
+                    " [...]"
+                } else {
+                    ""
+                };
+                shown += clipped.len();
+                s.push_str(&format!("  {clipped}{more}\n"));
+            }
+            if cut {
+                s.push_str(&format!(
+                    "  [... clipped: the summary is {} bytes; --json has all of it]\n",
+                    summary.len()
+                ));
             }
         }
         if let Some(diff) = &self.diff

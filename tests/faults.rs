@@ -555,3 +555,45 @@ async fn the_daemon_going_away_mid_run_is_a_clear_error_and_loses_nothing() {
     );
     assert!(!out.stderr.contains("panicked"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_reply_is_refused_while_reading_and_the_report_clips_the_models_words() {
+    // 24 MiB of final answer: over the most agentbox reads of one reply.
+    let huge = anthropic_turn(&"y".repeat(24 << 20), &[]);
+    let (out, server, _) = with_server(vec![Reply::ok(huge)], &[]).await;
+    assert_eq!(out.code, Some(4), "{}", &out.stderr[..out.stderr.len().min(2000)]);
+    assert!(
+        out.stdout
+            .contains("anthropic sent a response larger than 16 MiB, the most agentbox reads of one reply"),
+        "{}",
+        &out.stdout[..out.stdout.len().min(2000)]
+    );
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "no retry: the same request gets the same reply"
+    );
+
+    // Under the limit, the answer is kept (the JSON report has it) but the text report shows
+    // only its start.
+    let long: String = (0..20_000)
+        .map(|i| format!("line {i} of the model's summary\n"))
+        .collect();
+    let (out, _, _) = with_server(vec![Reply::ok(anthropic_turn(&long, &[]))], &[]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("line 0 of the model's summary"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("line 19999 of"),
+        "the whole summary was printed"
+    );
+    assert!(out.stdout.len() < 64 << 10, "{} bytes printed", out.stdout.len());
+    assert!(
+        out.stdout.contains("[... clipped: the summary is "),
+        "{}",
+        &out.stdout[out.stdout.len().saturating_sub(2000)..]
+    );
+}

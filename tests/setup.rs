@@ -152,14 +152,15 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
         warm.report.as_ref().unwrap().get("egress").is_none(),
         "no proxy ran"
     );
-    // For the figure only: the same run without setup (its tests fail, the package is missing).
+    // For the figure only: the same run without setup (its tests cannot start, the declared
+    // package is missing: exit 2 before any model request).
     let t2 = Instant::now();
     let bare = hostile(&project, turns, &["--no-setup", "--command-timeout", "300"]).await;
     let bare_secs = t2.elapsed().as_secs_f64();
     assert_eq!(
         bare.code,
-        Some(1),
-        "without the package the tests fail: {}",
+        Some(2),
+        "without the package the tests cannot start: {}",
         bare.stderr
     );
     eprintln!(
@@ -396,5 +397,340 @@ async fn an_isolated_runs_setup_cannot_write_the_project() {
     assert_eq!(run.code, Some(4), "{}", run.stderr);
     assert!(run.stderr.contains("Read-only file system"), "{}", run.stderr);
     assert!(!project.file("planted").exists());
+    assert!(caches_of(&project).await.is_empty());
+}
+
+/// A PEP 517 backend inside the project (`backend-path`), needing nothing from an index: the
+/// tests below install packages with no network at all. Editable: a `.pth` naming `src`.
+const IN_TREE_BACKEND: &str = r#"import base64, hashlib, os, tomllib, zipfile
+
+def _meta():
+    with open("pyproject.toml", "rb") as f:
+        p = tomllib.load(f)["project"]
+    lines = ["Metadata-Version: 2.1", "Name: " + p["name"], "Version: " + p["version"]]
+    lines += ["Requires-Dist: " + r for r in p.get("dependencies", [])]
+    for extra, reqs in p.get("optional-dependencies", {}).items():
+        lines.append("Provides-Extra: " + extra)
+        lines += ['Requires-Dist: %s ; extra == "%s"' % (r, extra) for r in reqs]
+    return p["name"].replace("-", "_"), p["version"], "\n".join(lines) + "\n"
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+get_requires_for_build_editable = get_requires_for_build_wheel
+
+def _wheel(directory, files):
+    name, version, meta = _meta()
+    dist = "%s-%s.dist-info" % (name, version)
+    files = dict(files)
+    files[dist + "/METADATA"] = meta
+    files[dist + "/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data.encode()).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, digest, len(data.encode())))
+    files[dist + "/RECORD"] = "\n".join(record + [dist + "/RECORD,,"]) + "\n"
+    wheel = "%s-%s-py3-none-any.whl" % (name, version)
+    with zipfile.ZipFile(os.path.join(directory, wheel), "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return wheel
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    name = _meta()[0]
+    return _wheel(wheel_directory, {"_%s_editable.pth" % name: os.path.abspath("src") + "\n"})
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {}
+    for root, _, names in os.walk("src"):
+        for n in names:
+            if n.endswith(".py"):
+                with open(os.path.join(root, n)) as f:
+                    files[os.path.relpath(os.path.join(root, n), "src")] = f.read()
+    return _wheel(wheel_directory, files)
+"#;
+
+fn in_tree_pyproject(name: &str, extra_tables: &str) -> String {
+    format!(
+        "[build-system]\nrequires = []\nbuild-backend = \"agentbox_backend\"\nbackend-path = [\".\"]\n\n\
+         [project]\nname = \"{name}\"\nversion = \"1.2.3\"\n{extra_tables}"
+    )
+}
+
+/// A src-layout package with no dependencies of its own, whose tests read its installed
+/// version and import what its test extra and its dependency group bring (local packages
+/// here, so no index is needed); a docs extra and a lint group are not installed.
+fn package_project() -> Project {
+    let main = in_tree_pyproject(
+        "clockpkg",
+        "\n[project.optional-dependencies]\ntest = [\"clockhelper @ file:///workspace/vendor/clockhelper\"]\n\
+         docs = [\"agentbox-absent-docs-pkg\"]\n\n\
+         [dependency-groups]\ntests = [\"grouphelper @ file:///workspace/vendor/grouphelper\"]\n\
+         lint = [\"agentbox-absent-lint-pkg\"]\n",
+    );
+    let helper = in_tree_pyproject("clockhelper", "");
+    let group = in_tree_pyproject("grouphelper", "");
+    Project::new(&[
+        ("pyproject.toml", main.as_str()),
+        ("agentbox_backend.py", IN_TREE_BACKEND),
+        ("src/clockpkg/__init__.py", "def now():\n    return 1\n"),
+        (
+            "tests/test_clock.py",
+            "import importlib.metadata\n\nimport clockhelper\nimport grouphelper\nfrom clockpkg import now\n\n\n\
+             def test_version():\n    assert importlib.metadata.version(\"clockpkg\") == \"1.2.3\"\n\n\n\
+             def test_helpers():\n    assert clockhelper.VALUE + grouphelper.VALUE == 3\n\n\n\
+             def test_now():\n    assert now() == 1\n",
+        ),
+        ("vendor/clockhelper/pyproject.toml", helper.as_str()),
+        ("vendor/clockhelper/agentbox_backend.py", IN_TREE_BACKEND),
+        ("vendor/clockhelper/src/clockhelper/__init__.py", "VALUE = 1\n"),
+        ("vendor/grouphelper/pyproject.toml", group.as_str()),
+        ("vendor/grouphelper/agentbox_backend.py", IN_TREE_BACKEND),
+        ("vendor/grouphelper/src/grouphelper/__init__.py", "VALUE = 2\n"),
+    ])
+}
+
+/// Python like CI, with no flags: a package is installed (editable) even with no dependencies,
+/// with its test extras and dependency groups, and the setup line says what and why; a
+/// project with nothing to install says that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_package_is_installed_with_its_test_extras_and_groups_and_no_flags() {
+    let project = package_project();
+    let run = hostile(
+        &project,
+        json!([done("Nothing to change.")]),
+        &["--command-timeout", "300"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "agentbox: setup: Python: installing the project itself, editable (it is a package: \
+             pyproject.toml [project]), with its extras test (pyproject.toml \
+             [project.optional-dependencies]); the dependency groups tests"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("agentbox: setup: running `pip install -e '.[test]' --group tests`"),
+        "{}",
+        run.stderr
+    );
+    let report = run.report.as_ref().unwrap();
+    assert_eq!(
+        report["tests"]["commands"][0]["counts"]["passed"],
+        json!(3),
+        "{report}"
+    );
+
+    let bare = Project::new(&[("test_bare.py", "def test_one():\n    assert 1 == 1\n")]);
+    let run = hostile(&bare, json!([done("Nothing to change.")]), &[]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("agentbox: setup: Python: nothing to install: no requirements file"),
+        "{}",
+        run.stderr
+    );
+    assert!(caches_of(&bare).await.is_empty(), "nothing to install, no cache");
+    remove_caches(&project).await;
+}
+
+/// `--setup 'pip install -e ...'` as a user writes it: the venv is already there and active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_pip_install_runs_in_the_venv() {
+    let project = package_project();
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash("command -v python3 pip; echo VIRTUAL_ENV=$VIRTUAL_ENV")]}, done("Checked.")]),
+        &["--setup", "pip install -e '.[test]' --group tests", "--command-timeout", "300"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("externally-managed-environment"),
+        "{}",
+        run.stderr
+    );
+    let (_, out, _) = run.result(0);
+    assert!(
+        out.contains(&format!("{VENV}/bin/python3")) && out.contains(&format!("VIRTUAL_ENV={VENV}")),
+        "{out}"
+    );
+    remove_caches(&project).await;
+}
+
+/// This project's caches only: the daemon is shared, `gc --caches` would take everyone's.
+async fn remove_caches(project: &Project) {
+    let docker = docker().await;
+    for name in caches_of(project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+}
+
+/// A network that re-signs TLS, on loopback: an HTTPS index whose certificate only the host's
+/// bundle (`SSL_CERT_FILE`, for this run) trusts. With it, setup's pip installs through the
+/// proxy and the agent's commands (`--agent-network allowlist`) verify too, the bundle mounted
+/// read-only; without it, setup stops with a message naming `--ca-cert` and the doctor;
+/// `--no-host-ca --ca-cert FILE` passes that file's certificates, and nothing else of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_trusts_what_the_host_trusts_and_says_what_to_do_when_it_does_not() {
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::https(simple_index("agentbox-fixture-pkg", &file, data), "localhost").await;
+    let port = index.addr.port();
+    let ca = index.ca_pem.clone().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let host_bundle = host.path().join("host-bundle.pem");
+    std::fs::write(&host_bundle, &ca).unwrap();
+    let allow = format!("127.0.0.1:{port}");
+    // No retries: an untrusted certificate is not a flaky network.
+    let install = format!(
+        "python3 -m venv --system-site-packages {VENV} && pip install --retries 0 --index-url https://127.0.0.1:{port}/simple/ -r requirements.txt"
+    );
+    let probe = bash(&format!(
+        "python3 -c 'import agentbox_fixture_pkg as p; print(p.VALUE)'; \
+         python3 -c 'import urllib.request as u; print(\"agent got\", u.urlopen(\"https://127.0.0.1:{port}/simple/agentbox-fixture-pkg/\", timeout=30).status)' 2>&1 | tail -1; \
+         echo \"names $SSL_CERT_FILE $PIP_CERT $CARGO_HTTP_CAINFO\"; \
+         echo extra >> \"$SSL_CERT_FILE\" || echo BUNDLE-READ-ONLY"
+    ));
+    let host_bundle_text = host_bundle.display().to_string();
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([{"tool_calls": [probe]}, done("Checked.")]),
+        &[
+            "--setup",
+            install.as_str(),
+            "--allow-host",
+            allow.as_str(),
+            "--agent-network",
+            "allowlist",
+            "--command-timeout",
+            "300",
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let trusted = finish(spawned).await;
+    assert_eq!(trusted.code, Some(0), "{}", trusted.stderr);
+    assert!(
+        trusted
+            .stderr
+            .contains("Successfully installed agentbox-fixture-pkg-1.0"),
+        "{}",
+        trusted.stderr
+    );
+    assert!(
+        notes(&trusted).iter().any(|n| n
+            .starts_with("setup: TLS trusts the image's CAs and the host's CA bundle (SSL_CERT_FILE)")
+            && n.ends_with("(1 certificates)")),
+        "{:?}",
+        notes(&trusted)
+    );
+    let (_, out, _) = trusted.result(0);
+    assert!(out.contains("from the local index"), "{out}");
+    assert!(
+        out.contains("agent got 200"),
+        "the agent's commands verify too: {out}"
+    );
+    let mounted = "/run/agentbox-ca.pem";
+    assert!(
+        out.contains(&format!("names {mounted} {mounted} {mounted}")),
+        "{out}"
+    );
+    assert!(out.contains("BUNDLE-READ-ONLY"), "{out}");
+    assert!(
+        !std::fs::read_to_string(&host_bundle).unwrap().contains("extra"),
+        "the host's file is untouched"
+    );
+    let docker = docker().await;
+    for name in caches_of(&project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+
+    // Without the host's bundle holding the CA (the system bundle does not): a clear stop.
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", install.as_str(), "--allow-host", allow.as_str()],
+        &[("SSL_CERT_FILE", "")],
+    );
+    let untrusted = finish(spawned).await;
+    assert_eq!(untrusted.code, Some(4), "{}", untrusted.stderr);
+    assert!(
+        untrusted.stderr.contains("CERTIFICATE_VERIFY_FAILED"),
+        "{}",
+        untrusted.stderr
+    );
+    assert!(
+        untrusted
+            .stderr
+            .contains("hint: a TLS certificate was not trusted (setup trusted the host's CA bundle")
+            && untrusted
+                .stderr
+                .contains("give its CA certificate with --ca-cert FILE")
+            && untrusted.stderr.contains("`agentbox doctor` checks TLS"),
+        "{}",
+        untrusted.stderr
+    );
+    assert_eq!(untrusted.steps(), 0, "no model request");
+    assert!(caches_of(&project).await.is_empty());
+
+    // --no-host-ca --ca-cert: a combined PEM (certificate and private key) gives only its
+    // certificate; the setup command sees no key and cannot write the bundle.
+    let combined = host.path().join("combined.pem");
+    std::fs::write(
+        &combined,
+        format!("{ca}-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let checked = format!("! grep -q 'PRIVATE KEY' \"$PIP_CERT\" && ! test -w \"$PIP_CERT\" && {install}");
+    let combined_text = combined.display().to_string();
+    let spawned = spawn_run(
+        &project,
+        json!([done("Nothing to do.")]),
+        &[
+            "--setup",
+            checked.as_str(),
+            "--allow-host",
+            allow.as_str(),
+            "--no-host-ca",
+            "--ca-cert",
+            combined_text.as_str(),
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let given = finish(spawned).await;
+    assert_eq!(given.code, Some(0), "{}", given.stderr);
+    assert!(
+        notes(&given)
+            .iter()
+            .any(|n| n.starts_with("setup: TLS trusts the image's CAs and --ca-cert ")),
+        "{:?}",
+        notes(&given)
+    );
+    for name in caches_of(&project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+    // With --no-host-ca and nothing given, no bundle at all.
+    let project = python_project();
+    let spawned = spawn_run(
+        &project,
+        json!([done("never asked")]),
+        &[
+            "--setup",
+            "test -z \"$SSL_CERT_FILE\" && test ! -e /run/agentbox-ca.pem && exit 7",
+            "--no-host-ca",
+        ],
+        &[("SSL_CERT_FILE", host_bundle_text.as_str())],
+    );
+    let none = finish(spawned).await;
+    assert!(
+        none.stderr.contains("ended with exit 7"),
+        "no bundle and no variable: {}",
+        none.stderr
+    );
     assert!(caches_of(&project).await.is_empty());
 }

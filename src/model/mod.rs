@@ -250,6 +250,14 @@ pub enum ModelError {
         attempts: u32,
         message: String,
     },
+    /// A successful reply over [`retry::MAX_RESPONSE_BYTES`]: reading stopped at the limit.
+    #[error(
+        "{provider} sent a response larger than {limit_mib} MiB, the most agentbox reads of one reply (reading stopped there)"
+    )]
+    TooLarge {
+        provider: &'static str,
+        limit_mib: usize,
+    },
     #[error("{provider} sent a response agentbox cannot read: {message}")]
     BadResponse { provider: &'static str, message: String },
     /// The server could not turn the model's own output into a tool call (llama.cpp answers

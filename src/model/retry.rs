@@ -101,6 +101,45 @@ fn unparsable_reply(message: &str) -> bool {
     message.contains("Failed to parse tool call")
 }
 
+/// Largest successful response body read: far beyond any real reply (a turn at the token limit
+/// is a few hundred KiB), small enough that a hostile or broken server cannot make the host
+/// hold gigabytes.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// How much of an error response is read: its message is all that is used.
+const MAX_ERROR_BYTES: usize = 64 << 10;
+
+enum Body {
+    /// All of it.
+    Whole(bytes::Bytes),
+    /// An error body's start; the rest was not read.
+    Start(bytes::Bytes),
+    /// A successful body over the limit (reading stopped there).
+    TooLarge,
+}
+
+/// Read a response body, at most `limit` bytes of it: a declared length over the limit is
+/// refused before reading, an undeclared one as soon as it passes it.
+async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<Body, reqwest::Error> {
+    let ok = resp.status().is_success();
+    if ok && resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok(Body::TooLarge);
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            if ok {
+                return Ok(Body::TooLarge);
+            }
+            let room = limit - body.len();
+            body.extend_from_slice(&chunk[..room]);
+            return Ok(Body::Start(body.freeze()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Body::Whole(body.freeze()))
+}
+
 /// POST `body` to `url`, retrying per `policy`; returns the successful response's body.
 pub async fn post_json(
     provider: &'static str,
@@ -125,10 +164,19 @@ pub async fn post_json(
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 let hinted = retry_after(resp.headers());
+                let ok = (200..300).contains(&status);
                 // A body cut off mid-way is a transport failure, worth another try.
-                match resp.bytes().await {
-                    Ok(bytes) if (200..300).contains(&status) => return Ok(bytes),
-                    Ok(bytes) => {
+                match read_body(resp, if ok { MAX_RESPONSE_BYTES } else { MAX_ERROR_BYTES }).await {
+                    Ok(Body::Whole(bytes)) if ok => return Ok(bytes),
+                    Ok(Body::TooLarge) => {
+                        // Only a successful reply is refused so; the same request gets the
+                        // same reply: no retry.
+                        return Err(ModelError::TooLarge {
+                            provider,
+                            limit_mib: MAX_RESPONSE_BYTES >> 20,
+                        });
+                    }
+                    Ok(Body::Whole(bytes)) | Ok(Body::Start(bytes)) => {
                         let message = error_message(&bytes);
                         match status {
                             401 | 403 => {

@@ -10,6 +10,8 @@
 //! hostile: every line is looked at once, nothing is allocated per line beyond the line
 //! itself, and a number too large to be a count is no count.
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 
 /// Which runner's output a test command prints.
@@ -465,6 +467,130 @@ fn node(text: &str) -> Option<TestCounts> {
     found
 }
 
+/// What a failing run says beyond its counts: the failing tests by name, and whether it broke
+/// before any test could reach a verdict (collection or compilation failed) — what repair's
+/// rounds and the loop's best state compare projects by. Read by the same runner's rules as
+/// the counts, from the same (colour-stripped) text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failures {
+    /// The failing tests' names, as the runner prints them (Go: the leaves of subtests).
+    pub names: BTreeSet<String>,
+    /// Nothing ran to a verdict: a file that did not import, a crate that did not compile.
+    pub broken: bool,
+}
+
+/// The failures `runner` printed in `output`, given the counts [`parse`] read from it.
+pub fn failures(runner: Runner, output: &str, counts: Option<&TestCounts>) -> Failures {
+    let text = strip_ansi(output);
+    match runner {
+        Runner::Pytest => pytest_failures(&text, counts),
+        Runner::Cargo => cargo_failures(&text),
+        Runner::Go => go_failures(&text),
+        Runner::Node => node_failures(&text, counts),
+        Runner::Make | Runner::Other => Failures::default(),
+    }
+}
+
+/// `FAILED path::test - msg` and `ERROR path::test - msg` (an error in a fixture: that test
+/// failed); an `ERROR path` with no test, `ERROR collecting` or `Interrupted:` is a file that
+/// did not import.
+fn pytest_failures(text: &str, counts: Option<&TestCounts>) -> Failures {
+    let mut f = Failures {
+        broken: text.contains("ERROR collecting") || text.contains("Interrupted: "),
+        ..Failures::default()
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("FAILED ") {
+            f.names
+                .insert(rest.split(" - ").next().unwrap_or(rest).trim().to_string());
+        } else if let Some(rest) = line.strip_prefix("ERROR ") {
+            let name = rest.split(" - ").next().unwrap_or(rest).trim();
+            if name.contains("::") {
+                f.names.insert(name.to_string());
+            } else {
+                f.broken = true;
+            }
+        }
+    }
+    if let Some(c) = counts
+        && c.failed == 0
+        && c.passed == 0
+        && c.errors > 0
+    {
+        f.broken = true;
+    }
+    f
+}
+
+/// libtest's `test NAME ... FAILED`; a compile error (`error[E...]`, `could not compile`) breaks
+/// the run.
+fn cargo_failures(text: &str) -> Failures {
+    let mut f = Failures {
+        broken: text.contains("error: could not compile") || text.contains("error[E"),
+        ..Failures::default()
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("test ")
+            && let Some(name) = rest.strip_suffix(" ... FAILED")
+        {
+            f.names.insert(name.trim().to_string());
+        }
+    }
+    f
+}
+
+/// `--- FAIL: Name`, counted by leaves (a failing subtest `TestA/case` fails `TestA` too); a
+/// package that did not build breaks the run.
+fn go_failures(text: &str) -> Failures {
+    let mut f = Failures::default();
+    for line in text.lines() {
+        let l = line.trim_start();
+        if let Some(rest) = l.strip_prefix("--- FAIL: ") {
+            f.names
+                .insert(rest.split_whitespace().next().unwrap_or(rest).to_string());
+        } else if l.starts_with("FAIL") && (l.ends_with("[build failed]") || l.ends_with("[setup failed]")) {
+            f.broken = true;
+        }
+    }
+    let parents: Vec<String> = f
+        .names
+        .iter()
+        .filter(|n| {
+            f.names.iter().any(|m| {
+                m.strip_prefix(n.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+        })
+        .cloned()
+        .collect();
+    for p in parents {
+        f.names.remove(&p);
+    }
+    f
+}
+
+/// TAP's `not ok N - name`, the spec reporter's `✖ name (1ms)`; a suite that fails as a whole
+/// (a file that throws on load) names only files and passes nothing: broken.
+fn node_failures(text: &str, counts: Option<&TestCounts>) -> Failures {
+    let mut f = Failures::default();
+    for line in text.lines() {
+        let l = line.trim_start();
+        if let Some(rest) = l.strip_prefix("not ok ") {
+            let name = rest.split_once(" - ").map_or(rest, |(_, n)| n);
+            f.names
+                .insert(name.split(" # ").next().unwrap_or(name).trim().to_string());
+        } else if let Some(rest) = l.strip_prefix("✖ ") {
+            let name = rest.rsplit_once(" (").map_or(rest, |(n, _)| n);
+            if !name.starts_with("failing tests") {
+                f.names.insert(name.trim().to_string());
+            }
+        }
+    }
+    f.broken = counts.is_some_and(|c| c.failed > 0 && c.passed == 0)
+        && f.names.iter().all(|n| n.ends_with(".js") || n.contains('/'));
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -675,5 +801,23 @@ mod tests {
             ..counts(40, 0, 0, 0)
         };
         assert_eq!(partial.to_string(), "at least 40 passed");
+    }
+
+    #[test]
+    fn failures_are_named_by_the_runner_go_by_its_leaves() {
+        let go = "--- FAIL: TestA (0.00s)\n    --- FAIL: TestA/case_1 (0.00s)\n--- FAIL: TestB (0.00s)\nFAIL\tx\t0.1s\n";
+        let f = failures(Runner::Go, go, None);
+        let names: Vec<&str> = f.names.iter().map(String::as_str).collect();
+        assert_eq!(names, ["TestA/case_1", "TestB"]);
+        assert!(!f.broken);
+        let build = "FAIL\texample.com/x [build failed]\n";
+        assert!(failures(Runner::Go, build, None).broken);
+        let coloured = "\u{1b}[31mFAILED t.py::test_a - x\u{1b}[0m\n";
+        let f = failures(Runner::Pytest, coloured, None);
+        assert!(f.names.contains("t.py::test_a"), "{f:?}");
+        assert_eq!(
+            failures(Runner::Make, "FAILED t.py::x\n", None),
+            Failures::default()
+        );
     }
 }

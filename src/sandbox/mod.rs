@@ -17,6 +17,7 @@ pub mod gitquote;
 pub mod hostscan;
 pub mod identity;
 mod policy;
+pub mod publish;
 pub mod seccomp;
 pub mod tty;
 
@@ -31,9 +32,9 @@ pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
 pub use flavor::{EngineInfo, EngineKind};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
-    BASE_PATH, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, Extras, Forward, HARNESS_DIR, HOME, Limits,
-    MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount, WorkspaceSource,
-    parse_size,
+    BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, Extras, Forward, HARNESS_DIR,
+    HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount,
+    WorkspaceSource, parse_size,
 };
 
 /// Where the project is mounted inside every sandbox.

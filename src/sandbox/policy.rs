@@ -40,6 +40,9 @@ pub const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 pub const EGRESS_SOCKET: &str = "/run/agentbox-egress.sock";
 /// The sandbox's own loopback port on which the executor forwards to [`EGRESS_SOCKET`].
 pub const EGRESS_PORT: u16 = 3128;
+/// Where a CA bundle the host made for a sandbox that may use the network is mounted
+/// (read-only): certificates only, which the sandbox's tools are told to trust.
+pub const CA_BUNDLE: &str = "/run/agentbox-ca.pem";
 
 /// One way between the sandbox's loopback and a service on the host, through a Unix socket the
 /// host listens on, bind-mounted read-only at [`Forward::target`]. The executor (the sandbox's
@@ -48,9 +51,9 @@ pub const EGRESS_PORT: u16 = 3128;
 /// it never connects to a path or an address the sandbox could name or replace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Forward {
-    /// Names the mount (`/run/agentbox-NAME.sock`): a word of the code's, never of the
-    /// sandbox's or the user's.
-    pub name: &'static str,
+    /// Names the mount (`/run/agentbox-NAME.sock`): a word of the code's (and a port number),
+    /// never text of the sandbox's or the user's.
+    pub name: String,
     /// The host's socket.
     pub socket: PathBuf,
     pub direction: Direction,
@@ -63,13 +66,18 @@ pub enum Direction {
     /// The sandbox's connections to its own `127.0.0.1:PORT` go to the host's socket, one
     /// connection there for each (the egress proxy, a model gateway).
     Outbound { port: u16 },
+    /// A published port: the host's connections to it are joined to new connections to the
+    /// sandbox's own `127.0.0.1:PORT`. The host still only listens: the executor keeps
+    /// connections open to the host's socket and, told on one that a client came, connects to
+    /// the port (see `sandbox::publish`).
+    Inbound { port: u16 },
 }
 
 impl Forward {
     /// The egress proxy's socket, forwarded from the sandbox's `127.0.0.1:`[`EGRESS_PORT`].
     pub fn egress(socket: PathBuf) -> Forward {
         Forward {
-            name: "egress",
+            name: "egress".into(),
             socket,
             direction: Direction::Outbound { port: EGRESS_PORT },
             purpose: "the egress proxy (the setup phase's network, --agent-network allowlist)",
@@ -81,11 +89,12 @@ impl Forward {
         format!("/run/agentbox-{}.sock", self.name)
     }
 
-    /// This forward as the executor reads it from `AGENTBOX_FORWARD` (`out:PORT:PATH`,
-    /// comma-separated).
+    /// This forward as the executor reads it from `AGENTBOX_FORWARD` (`out:PORT:PATH` or
+    /// `in:PORT:PATH`, comma-separated).
     fn spec(&self) -> String {
         match self.direction {
             Direction::Outbound { port } => format!("out:{port}:{}", self.target()),
+            Direction::Inbound { port } => format!("in:{port}:{}", self.target()),
         }
     }
 }
@@ -105,6 +114,8 @@ pub struct Extras {
     /// Mount a bind-mounted project read-only (the setup phase of an `--isolate` run, which
     /// promises not to write the project).
     pub workspace_read_only: bool,
+    /// A host file of CA certificates, mounted read-only at [`CA_BUNDLE`].
+    pub ca_bundle: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -593,6 +604,15 @@ impl SandboxSpec {
                 ..Default::default()
             });
         }
+        if let Some(bundle) = &self.extras.ca_bundle {
+            mounts.push(Mount {
+                target: Some(CA_BUNDLE.to_string()),
+                source: Some(bundle.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         // No source: an anonymous volume, created with the container and removed with it.
         mounts.push(Mount {
             target: Some(CACHE_DIR.to_string()),
@@ -703,7 +723,7 @@ mod tests {
     fn spec() -> SandboxSpec {
         SandboxSpec {
             session: "abc".into(),
-            image: "agentbox/python:2".into(),
+            image: "agentbox/python:3".into(),
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],
@@ -924,7 +944,11 @@ mod tests {
     fn the_egress_socket_and_caches_are_only_there_when_given() {
         let plain = spec().create_body(MainProcess::Executor, None, &docker());
         let mounts = plain.host_config.unwrap().mounts.unwrap();
-        assert!(mounts.iter().all(|m| m.target.as_deref() != Some(EGRESS_SOCKET)));
+        assert!(
+            mounts
+                .iter()
+                .all(|m| m.target.as_deref() != Some(EGRESS_SOCKET) && m.target.as_deref() != Some(CA_BUNDLE))
+        );
         assert!(
             plain
                 .env
@@ -942,6 +966,7 @@ mod tests {
             }],
             env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
             workspace_read_only: true,
+            ca_bundle: Some("/tmp/x/ca.pem".into()),
         };
         let body = s.create_body(MainProcess::Executor, None, &docker());
         let hc = body.host_config.unwrap();
@@ -957,6 +982,14 @@ mod tests {
             .find(|m| m.target.as_deref() == Some("/opt/deps"))
             .unwrap();
         assert_eq!(cache.read_only, Some(true));
+        let ca = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some(CA_BUNDLE))
+            .unwrap();
+        assert_eq!(
+            (ca.read_only, ca.typ, ca.source.as_deref()),
+            (Some(true), Some(MountType::BIND), Some("/tmp/x/ca.pem"))
+        );
         let env = body.env.unwrap();
         assert_eq!(env.iter().filter(|e| e.starts_with("PATH=")).count(), 1);
         assert!(env.contains(&"PATH=/opt/deps/bin:/usr/bin".to_string()));

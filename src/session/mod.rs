@@ -15,6 +15,7 @@ pub mod prime;
 pub mod prompt;
 mod setup;
 pub mod setup_phase;
+pub mod trust;
 
 pub use isolated::{IsolatedCopy, PatchWritten};
 pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
@@ -55,6 +56,8 @@ pub struct Session {
     egress: setup_phase::EgressLog,
     /// The egress proxy of the agent phase (`--agent-network allowlist`); stops when dropped.
     _agent_proxy: Option<crate::egress::Proxy>,
+    /// The CA bundle its sandbox mounts (`--agent-network allowlist`); removed when dropped.
+    _agent_ca: Option<trust::Bundle>,
     /// The tests before the model's first turn (`before`).
     before: std::sync::OnceLock<Vec<crate::tools::TestRun>>,
 }

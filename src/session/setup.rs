@@ -168,6 +168,10 @@ impl Session {
         let egress = super::setup_phase::EgressLog::default();
         let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
+        sandbox_cfg
+            .extras
+            .forwards
+            .extend(settings.published.iter().cloned());
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
         preflight::report(
             events.as_ref(),
@@ -255,6 +259,7 @@ impl Session {
             warnings,
             egress,
             _agent_proxy: setup.proxy,
+            _agent_ca: setup.ca_bundle,
             before: std::sync::OnceLock::new(),
         })
     }

@@ -26,14 +26,19 @@ pub type EgressLog = Arc<Mutex<Vec<(String, Decision)>>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("setup failed: `{command}` ended with {status}{blocked}\n{output}")]
+    #[error("setup failed: `{command}` ended with {status}{blocked}\n{output}{hint}")]
     Failed {
         command: String,
         status: String,
         output: String,
         /// The proxy's refusals, which usually say why.
         blocked: String,
+        /// What to do about a failure agentbox recognises (an untrusted certificate), on a
+        /// line of its own; else empty.
+        hint: String,
     },
+    #[error(transparent)]
+    Trust(#[from] super::trust::TrustError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
     #[error("cannot start the egress proxy: {0}")]
@@ -54,6 +59,9 @@ pub struct SetupOutcome {
     pub agent_extras: Extras,
     /// Kept alive for the agent phase (`--agent-network allowlist`), else `None`.
     pub proxy: Option<Proxy>,
+    /// The CA bundle the agent phase mounts with `--agent-network allowlist`; removed when
+    /// dropped.
+    pub ca_bundle: Option<super::trust::Bundle>,
 }
 
 /// The proxy variables, set for the setup phase only (and the agent's with `--agent-network
@@ -114,16 +122,45 @@ pub async fn run(
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root))
         .await
         .unwrap_or_default();
-    let commands: Vec<String> = if setup.disabled {
+    let python = detection
+        .ecosystems
+        .iter()
+        .any(|(e, _)| *e == crate::project::Ecosystem::Python);
+    let mut commands: Vec<String> = if setup.disabled {
         Vec::new()
     } else if !setup.commands.is_empty() {
         setup.commands.clone()
     } else {
-        plan::default_commands(project, &detection)
-            .into_iter()
-            .map(|(_, c)| c)
-            .collect()
+        let defaults = plan::defaults(project, &detection);
+        for line in &defaults.notes {
+            note(events, format!("setup: {line}"));
+        }
+        defaults.commands.into_iter().map(|(_, c)| c).collect()
     };
+    // The venv comes first, so every command (a default or `--setup`'s `pip install ...`)
+    // runs with it active, as CI's would: the image's pip refuses to install outside one
+    // (PEP 668). A project that is not Python gets one only for its given commands, and only
+    // where the image can make one.
+    if !commands.is_empty() && (python || !setup.commands.is_empty()) {
+        note(
+            events,
+            format!(
+                "setup: the venv {} first; every setup command runs with it active (VIRTUAL_ENV, PATH, its pip)",
+                plan::VENV
+            ),
+        );
+        commands.insert(
+            0,
+            if python {
+                plan::venv_command()
+            } else {
+                format!(
+                    "command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || exit 0; {}",
+                    plan::venv_command()
+                )
+            },
+        );
+    }
     let engine = crate::sandbox::engine::current();
     let commands = if engine.is_remote() && !commands.is_empty() {
         if !setup.commands.is_empty() {
@@ -217,6 +254,11 @@ pub async fn run(
                 crate::egress::transport::mount_source(&proxy).to_path_buf(),
             ));
         outcome.agent_extras.env.extend(proxy_env());
+        if let Some(bundle) = super::trust::bundle(&setup.trust)? {
+            outcome.agent_extras.ca_bundle = Some(bundle.path());
+            outcome.agent_extras.env.extend(bundle.env());
+            outcome.ca_bundle = Some(bundle);
+        }
         note(
             events,
             format!(
@@ -257,6 +299,8 @@ async fn fill(
     detection: &crate::project::Detection,
 ) -> Result<(), SetupError> {
     let started = Instant::now();
+    // Before the proxy and the container: a bad --ca-cert is the user's to fix, and costs nothing.
+    let bundle = super::trust::bundle(&settings.setup.trust)?;
     let proxy = start_proxy(settings, events, log, "setup")?;
     let mut setup_cfg = cfg.clone();
     setup_cfg.extras = Extras {
@@ -271,9 +315,11 @@ async fn fill(
         env: plan::env(Phase::Setup, BASE_PATH)
             .into_iter()
             .chain(proxy_env())
+            .chain(bundle.iter().flat_map(|b| b.env()))
             .collect(),
         // `--isolate` promises the project is only read until `--apply`.
         workspace_read_only: settings.isolate.is_some(),
+        ca_bundle: bundle.as_ref().map(|b| b.path()),
     };
     let spec = setup_cfg.bind_spec(project)?;
     note(
@@ -283,6 +329,13 @@ async fn fill(
             crate::egress::transport::mount_source(&proxy).display()
         ),
     );
+    match &bundle {
+        Some(b) => note(
+            events,
+            format!("setup: TLS trusts the image's CAs and {}", b.describe()),
+        ),
+        None => note(events, "setup: TLS trusts the image's CAs only".to_string()),
+    }
     let registration = caches::create(docker, &spec, name, labels.clone()).await?;
     let sandbox = match DockerSandbox::create(docker, spec.clone()).await {
         Ok(sb) => sb,
@@ -291,7 +344,17 @@ async fn fill(
             return Err(e.into());
         }
     };
-    let result = run_commands(settings, &sandbox, &proxy, events, commands, detection, started).await;
+    let result = run_commands(
+        settings,
+        &sandbox,
+        &proxy,
+        events,
+        commands,
+        detection,
+        started,
+        bundle.as_ref(),
+    )
+    .await;
     let _ = sandbox.shutdown().await;
     if let Some(check) = sandbox.check_host() {
         for w in check.warnings {
@@ -317,6 +380,10 @@ async fn fill(
     }
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the phase's whole context"
+)]
 async fn run_commands(
     settings: &AgentSettings,
     sandbox: &DockerSandbox,
@@ -325,6 +392,7 @@ async fn run_commands(
     commands: &[String],
     detection: &crate::project::Detection,
     started: Instant,
+    bundle: Option<&super::trust::Bundle>,
 ) -> Result<(), SetupError> {
     // The registries the image's package managers use by default, asked of the tools in the
     // image, from a directory outside the project (whose own config files are not trusted).
@@ -403,6 +471,14 @@ async fn run_commands(
             } else {
                 out.status_line()
             };
+            let hint = if super::trust::is_certificate_failure(&output) {
+                format!(
+                    "\nhint: {}",
+                    super::trust::certificate_hint(bundle, &settings.setup.trust)
+                )
+            } else {
+                String::new()
+            };
             return Err(SetupError::Failed {
                 command: command.clone(),
                 status,
@@ -412,6 +488,7 @@ async fn run_commands(
                 } else {
                     format!("; the egress proxy refused: {}", blocked.join("; "))
                 },
+                hint,
             });
         }
     }
@@ -430,6 +507,7 @@ async fn run_commands(
             status: out.status_line(),
             output: out.stderr.to_text(),
             blocked: String::new(),
+            hint: String::new(),
         });
     }
     Ok(())
