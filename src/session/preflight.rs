@@ -10,8 +10,9 @@
 //!    before the program check.
 //! 3. [`Step::Sandbox`]: the agent's sandbox starts, its image present or built.
 //! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
-//!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
-//!    the image, the program and the fix, without a model request.
+//!    cargo`; for `python3 -m pytest` the module; for a detected `npm test`, the programs its
+//!    script starts, in `node_modules/.bin` or the image). Otherwise the run stops with exit 2,
+//!    naming the image, the programs and the fix, without a model request.
 //! 5. [`Step::TestsBefore`]: the tests run once (see `before`): their counts for the report
 //!    and the verdict; when they cannot start for want of a dependency the project declares,
 //!    the run stops with exit 2, naming it and how to install it.
