@@ -845,3 +845,34 @@ async fn a_fixed_include_is_not_served_from_the_poisoned_cache() {
     );
     remove_caches(&project).await;
 }
+
+/// `npm test`'s programs are devDependencies; without them (here `--no-setup`) the run stops
+/// before any model request, naming each, instead of the model meeting `sh: xo: not found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_scripts_missing_programs_stop_the_run_before_the_model() {
+    let project = Project::new(&[
+        (
+            "package.json",
+            r#"{"name": "x", "version": "1.0.0", "scripts": {"test": "agentbox-absent-lint && NODE_ENV=test agentbox-absent-cov node test.js"},
+               "devDependencies": {"agentbox-absent-lint": "1", "agentbox-absent-cov": "1"}}"#,
+        ),
+        ("test.js", "console.log('ok')\n"),
+    ]);
+    let tag = agentbox::image::KnownImage::by_name("node").unwrap().tag;
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--no-setup", "--image", tag],
+    )
+    .await;
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "`npm test` (package.json's test script) runs agentbox-absent-lint, agentbox-absent-cov, found \
+             neither in node_modules/.bin nor in the sandbox image"
+        ) && run.stderr.contains("No model request was made"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.steps(), 0, "no model request");
+}
