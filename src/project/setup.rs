@@ -149,6 +149,16 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
 /// manifest and lockfile at the root. Files are read as detection reads them (regular files,
 /// no link out of the project, bounded).
 pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String]) -> String {
+    cache_key_skipping(root, image, uid, commands, &[])
+}
+
+/// The lockfile stable cargo writes into the project when it has none (`cargo fetch`): when
+/// setup wrote it, it is left out of the cache key (see [`cache_key_skipping`]).
+pub const CARGO_LOCK: &str = "Cargo.lock";
+
+/// The same key, with the files `skip` names left out (a lockfile setup itself wrote: with it
+/// the next run's key would differ from the one its cache was filled under).
+pub fn cache_key_skipping(root: &Path, image: &str, uid: u32, commands: &[String], skip: &[&str]) -> String {
     let mut h = Sha256::new();
     h.update(image.as_bytes());
     h.update([0]);
@@ -158,7 +168,7 @@ pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String]) -> Str
         h.update([0]);
     }
     for (_, files) in KEY_FILES {
-        for f in *files {
+        for f in files.iter().filter(|f| !skip.contains(f)) {
             if let Ok(data) = read_project_file(root, f) {
                 h.update(f.as_bytes());
                 h.update([0]);
@@ -168,6 +178,14 @@ pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String]) -> Str
         }
     }
     hex(&h.finalize())[..16].to_string()
+}
+
+/// The SHA-256 of a file at the project's root, read as [`cache_key`] reads it; `None` if it
+/// is not there (or not a regular file).
+pub fn file_digest(root: &Path, name: &str) -> Option<String> {
+    read_project_file(root, name)
+        .ok()
+        .map(|d| hex(&Sha256::digest(&d)))
 }
 
 /// A short digest of the project's path: which project a cache belongs to.
@@ -225,10 +243,28 @@ pub fn registry_question(eco: Ecosystem) -> Option<&'static str> {
         Ecosystem::Node => Some("npm config get registry"),
         // The sandbox's own GOPROXY=off is not the image's default: ask without it.
         Ecosystem::Go => Some("env -u GOPROXY -u GOSUMDB -u GOFLAGS go env GOPROXY GOSUMDB"),
-        // Cargo has no stable way to print its default registry: allow it with --allow-host.
+        // Cargo has no stable way to print its default registry: setup probes for it (see
+        // `cargo_probe`).
         Ecosystem::Rust => None,
     }
 }
+
+/// A shell script that makes cargo ask its default registry for a package, from an empty
+/// directory with an empty `CARGO_HOME` (so neither the project's nor a cache's configuration
+/// counts, only the image's cargo and its environment), with the proxy allowing nothing: the
+/// host it asks the proxy for is the index's. It fails; that is expected.
+pub fn cargo_probe() -> &'static str {
+    "d=$(mktemp -d) && mkdir -p \"$d/home\" \"$d/probe/src\" && cd \"$d/probe\" && \
+     printf '[package]\\nname = \"agentbox-probe\"\\nversion = \"0.0.0\"\\nedition = \"2021\"\\n\\n[dependencies]\\nagentbox-registry-probe = \"1\"\\n' > Cargo.toml && \
+     : > src/lib.rs && \
+     CARGO_HOME=\"$d/home\" CARGO_NET_OFFLINE=false CARGO_NET_RETRY=0 CARGO_HTTP_TIMEOUT=30 \
+     cargo generate-lockfile >/dev/null 2>&1; cd / && rm -rf \"$d\"; true"
+}
+
+/// A Python one-liner that prints the download URL (`dl`) of the sparse index at the URL given
+/// as its argument (its `config.json`), through the sandbox's proxy.
+pub const CARGO_INDEX_CONFIG: &str = "import json, sys, urllib.request as u; \
+     print(json.load(u.urlopen(sys.argv[1].rstrip('/') + '/config.json', timeout=30)).get('dl', ''))";
 
 /// Host rules (`HOST` or `HOST:PORT`) from what a registry question printed: URLs, Go's
 /// comma- or pipe-separated proxy lists and its checksum database's name.
@@ -355,5 +391,15 @@ mod tests {
             cache_key(dir.path(), "img", 1000, &cmds),
             "a lockfile changed"
         );
+        let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, &[CARGO_LOCK]);
+        std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
+        assert_eq!(
+            without,
+            cache_key_skipping(dir.path(), "img", 1000, &cmds, &[CARGO_LOCK]),
+            "a skipped file does not count"
+        );
+        assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds));
+        assert_eq!(file_digest(dir.path(), CARGO_LOCK).map(|d| d.len()), Some(64));
+        assert_eq!(file_digest(dir.path(), "missing"), None);
     }
 }

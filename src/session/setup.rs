@@ -168,6 +168,7 @@ impl Session {
         let egress = super::setup_phase::EgressLog::default();
         let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
+        warnings.extend(setup.notes.iter().cloned());
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
         preflight::report(
             events.as_ref(),
