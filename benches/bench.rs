@@ -68,6 +68,8 @@ fn config(per_call: bool) -> SandboxConfig {
         runtime: bench_runtime(),
         per_call_exec: per_call,
         allow_weak_limits: false,
+        host_scan_limit: 2_000_000,
+        host_scan_timeout: 30,
     })
     .expect("config");
     cfg.per_call_exec = per_call;

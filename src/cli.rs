@@ -103,12 +103,42 @@ pub struct SandboxArgs {
     /// Podman or Docker on cgroup v1), with a warning on every run. Refused without it.
     #[arg(long, env = "AGENTBOX_ALLOW_WEAK_LIMITS", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub allow_weak_limits: bool,
+
+    /// Most entries agentbox's own scan of a bind-mounted project looks at, before and after the
+    /// session (for hard links leading outside, git metadata, and what changed). A scan that
+    /// stops there refuses the mount before a session and says "incomplete" after one.
+    #[arg(long, value_name = "N", default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub host_scan_limit: u64,
+
+    /// Most seconds that scan takes, likewise.
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub host_scan_timeout: u64,
+}
+
+/// `--publish` (shell, run, chat, exec, mcp).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PublishArgs {
+    /// Forward this machine's 127.0.0.1:HOST_PORT to the sandbox's own 127.0.0.1:PORT
+    /// (HOST_PORT: PORT if not given; 0 for any free port, printed). Repeat it for several. The
+    /// sandbox keeps no network; the port closes when the session ends.
+    #[arg(long, value_name = "[HOST_PORT:]PORT")]
+    pub publish: Vec<String>,
+
+    /// Listen for --publish on ADDR instead of 127.0.0.1, e.g. 0.0.0.0: anyone who can reach
+    /// ADDR then reaches the sandbox's server, and agentbox warns on every run.
+    #[arg(long, value_name = "ADDR", requires = "publish")]
+    pub unsafe_publish_address: Option<std::net::IpAddr>,
 }
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// Forward stdin to the command.
     #[arg(short, long)]
@@ -134,6 +164,9 @@ pub struct ExecArgs {
 pub struct ShellArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// Mount the project read-only: look around without risk.
     #[arg(long, conflicts_with = "isolate")]
@@ -165,6 +198,9 @@ pub struct ShellArgs {
 pub struct McpArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// The project's test command for `run_tests`; repeat it for several [default: detected
     /// from the project's root manifests].
@@ -537,6 +573,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub session: SessionArgs,
 
+    #[command(flatten)]
+    pub publish: PublishArgs,
+
     /// Print the final report as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -570,6 +609,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub session: SessionArgs,
+
+    #[command(flatten)]
+    pub publish: PublishArgs,
 
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,

@@ -45,6 +45,9 @@ pub struct SandboxConfig {
     /// Egress socket and dependency caches for the sandboxes this config starts (the session
     /// sets them; none by default).
     pub extras: crate::sandbox::Extras,
+    /// `--host-scan-limit`, `--host-scan-timeout`: how far the host's scans of a bind-mounted
+    /// project go.
+    pub host_scan: crate::sandbox::hostscan::ScanBounds,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -131,6 +134,10 @@ impl SandboxConfig {
             allow_weak_limits: args.allow_weak_limits,
             cleanup: Default::default(),
             extras: Default::default(),
+            host_scan: crate::sandbox::hostscan::ScanBounds {
+                entries: usize::try_from(args.host_scan_limit).unwrap_or(usize::MAX),
+                time: Duration::from_secs(args.host_scan_timeout),
+            },
         })
     }
 
@@ -175,7 +182,7 @@ impl SandboxConfig {
 
     /// The spec for a sandbox with `project` bind-mounted.
     pub fn bind_spec(&self, project: &Path) -> Result<SandboxSpec, crate::sandbox::SandboxError> {
-        let (workspace, uid, gid) = crate::sandbox::bind_workspace(project)?;
+        let (workspace, uid, gid) = crate::sandbox::bind_workspace(project, &self.host_scan)?;
         Ok(SandboxSpec {
             session: new_session_id(),
             image: self.image.clone(),
@@ -411,6 +418,9 @@ pub struct AgentSettings {
     pub strategies: Vec<crate::cli::Strategy>,
     pub repair: RepairSettings,
     pub setup: SetupSettings,
+    /// `--publish`: forwards for the session's own sandbox only (not setup's, not a
+    /// candidate's: one sandbox answers a published port).
+    pub published: Vec<crate::sandbox::Forward>,
 }
 
 /// The setup phase: what it runs, how long it may take, and where it may connect.
@@ -576,6 +586,7 @@ impl AgentSettings {
                 retry_temperature: args.retry_temperature,
             },
             setup: SetupSettings::from_args(&args.setup)?,
+            published: Vec::new(),
         })
     }
 }
@@ -617,7 +628,7 @@ mod tests {
         let default = run_settings(&[]).sandbox;
         assert!(!default.command_timeout_given);
         assert_eq!(
-            default.command_timeout_for("agentbox/python:2"),
+            default.command_timeout_for("agentbox/python:3"),
             DEFAULT_COMMAND_TIMEOUT
         );
         assert_eq!(

@@ -28,7 +28,7 @@ use crate::toolchain::{Toolchain, parse_probe, probe_script};
 pub const DEBIAN_SUITE: &str = "trixie";
 
 /// The image used when `--image` is not given.
-pub const DEFAULT_IMAGE: &str = "agentbox/python:2";
+pub const DEFAULT_IMAGE: &str = "agentbox/python:3";
 
 /// Label naming an agentbox image (`python`, `rust`...).
 pub const IMAGE_LABEL: &str = "org.agentbox.image";
@@ -65,7 +65,7 @@ pub const KNOWN: &[KnownImage] = &[
         packages: include_str!("../images/python/packages"),
         includes: &[],
         command_timeout: Duration::from_secs(120),
-        approx_mb: 429,
+        approx_mb: 444,
     },
     KnownImage {
         name: "node",
@@ -96,7 +96,7 @@ pub const KNOWN: &[KnownImage] = &[
     },
     KnownImage {
         name: "polyglot",
-        tag: "agentbox/polyglot:1",
+        tag: "agentbox/polyglot:2",
         dockerfile: include_str!("../images/polyglot/Dockerfile"),
         packages: include_str!("../images/polyglot/packages"),
         includes: &["python", "node", "rust", "go"],

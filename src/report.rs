@@ -561,7 +561,7 @@ impl Report {
             }
             if o.incomplete {
                 s.push_str(&format!(
-                    "  (the project has more than {} entries; the scan stopped there: changes past them are unknown)\n",
+                    "  (incomplete: the host's scan keeps account of {} entries at most, and --host-scan-limit / --host-scan-timeout bound it; changes past that are unknown)\n",
                     hostscan::MAX_ENTRIES
                 ));
             }

@@ -305,13 +305,13 @@ async fn each_forward_reaches_its_own_socket() {
     let mut cfg = config();
     cfg.extras.forwards = vec![
         Forward {
-            name: "test-first",
+            name: "test-first".into(),
             socket: first,
             direction: Direction::Outbound { port: 4101 },
             purpose: "a test service",
         },
         Forward {
-            name: "test-second",
+            name: "test-second".into(),
             socket: second,
             direction: Direction::Outbound { port: 4102 },
             purpose: "a test service",

@@ -54,6 +54,8 @@ async fn gvisor_sandbox_with(project: &Project, memory: &str, pids: i64, per_cal
         runtime: Some("runsc".into()),
         per_call_exec: per_call,
         allow_weak_limits: false,
+        host_scan_limit: 2_000_000,
+        host_scan_timeout: 30,
     };
     let cfg = agentbox::config::SandboxConfig::from_args(&args).unwrap();
     sandbox_with(project, &cfg).await

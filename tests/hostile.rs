@@ -737,3 +737,62 @@ async fn git_metadata_anywhere_is_read_only_and_new_metadata_is_quarantined() {
     );
     assert!(!project.file("node_modules/pkg/.git").exists());
 }
+
+/// `n` hard links to one file in `dir` of the project, made on the host (ext4 allows 65000).
+fn hard_links(project: &Project, dir: &str, n: usize) {
+    let d = project.file(dir);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("f"), "x").unwrap();
+    for i in 0..n {
+        std::fs::hard_link(d.join("f"), d.join(i.to_string())).unwrap();
+    }
+    project.chown_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_scan_is_bounded_and_says_so() {
+    let docker = docker().await;
+    // A session that makes more entries than the scan looks at: the session's result stands,
+    // and the host says its check after it was incomplete.
+    let project = Project::new(&[("a.txt", "a\n")]);
+    let out = run(agentbox().args(["exec", "--host-scan-limit", "5000"]).arg(project.path()).args([
+        "--",
+        "python3",
+        "-c",
+        "import os\nos.mkdir('d')\nopen('d/f', 'w').write('x')\nfor i in range(8000): os.link('d/f', 'd/%d' % i)",
+    ]));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the host's scan of the project after the session was incomplete (it stopped after 5000 entries (--host-scan-limit))"),
+        "{stderr}"
+    );
+    // Before a session, a scan that stops cannot vouch for the project: the mount is refused,
+    // quickly, and no container is made.
+    let many = Project::new(&[("a.txt", "a\n")]);
+    hard_links(&many, "d", 20_000);
+    let mut cmd = agentbox();
+    cmd.args(["exec", "--host-scan-limit", "5000"])
+        .arg(many.path())
+        .args(["--", "true"]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("agentbox's scan of it for hard links to files outside and for git metadata was incomplete (it stopped after 5000 entries (--host-scan-limit))"),
+        "{stderr}"
+    );
+    assert_eq!(containers_of_pid(&docker, pid).await, 0);
+    // Within the bound, the same project runs.
+    let out = run(agentbox()
+        .args(["exec", "--host-scan-limit", "50000"])
+        .arg(many.path())
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

@@ -119,7 +119,7 @@ impl HostileImage {
             .stdin
             .take()
             .unwrap()
-            .write_all(b"FROM agentbox/polyglot:1\n")
+            .write_all(b"FROM agentbox/polyglot:2\n")
             .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "docker build: {}", text(&out.stderr));
@@ -268,7 +268,7 @@ async fn a_run_escapes_setup_the_proxy_the_model_and_the_report() {
             "--script",
             &s,
             "--image",
-            "agentbox/polyglot:1",
+            "agentbox/polyglot:2",
             "--setup",
             "python3 hostile_setup.py 0",
             path,
@@ -297,7 +297,7 @@ async fn a_run_escapes_setup_the_proxy_the_model_and_the_report() {
             "--script",
             &s,
             "--image",
-            "agentbox/polyglot:1",
+            "agentbox/polyglot:2",
             "--setup",
             "python3 hostile_setup.py 3",
             path,

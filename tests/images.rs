@@ -253,7 +253,7 @@ fn a_project_asking_for_a_newer_toolchain_is_warned() {
     ]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .env("AGENTBOX_CONFIG", "")
-        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .args(["exec", "--image", "agentbox/polyglot:2"])
         .arg(project.path())
         .args(["--", "true"])
         .output()
@@ -261,7 +261,7 @@ fn a_project_asking_for_a_newer_toolchain_is_warned() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("Cargo.toml (rust-version) asks for Rust 1.99 or newer, but the image agentbox/polyglot:1 has Rust 1."),
+        err.contains("Cargo.toml (rust-version) asks for Rust 1.99 or newer, but the image agentbox/polyglot:2 has Rust 1."),
         "{err}"
     );
     assert!(
@@ -275,7 +275,7 @@ fn a_project_asking_for_a_newer_toolchain_is_warned() {
     std::fs::remove_file(project.file("Cargo.toml")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .env("AGENTBOX_CONFIG", "")
-        .args(["exec", "--image", "agentbox/polyglot:1"])
+        .args(["exec", "--image", "agentbox/polyglot:2"])
         .arg(project.path())
         .args(["--", "true"])
         .output()

@@ -152,14 +152,15 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
         warm.report.as_ref().unwrap().get("egress").is_none(),
         "no proxy ran"
     );
-    // For the figure only: the same run without setup (its tests fail, the package is missing).
+    // For the figure only: the same run without setup (its tests cannot start, the declared
+    // package is missing: exit 2 before any model request).
     let t2 = Instant::now();
     let bare = hostile(&project, turns, &["--no-setup", "--command-timeout", "300"]).await;
     let bare_secs = t2.elapsed().as_secs_f64();
     assert_eq!(
         bare.code,
-        Some(1),
-        "without the package the tests fail: {}",
+        Some(2),
+        "without the package the tests cannot start: {}",
         bare.stderr
     );
     eprintln!(
@@ -397,6 +398,176 @@ async fn an_isolated_runs_setup_cannot_write_the_project() {
     assert!(run.stderr.contains("Read-only file system"), "{}", run.stderr);
     assert!(!project.file("planted").exists());
     assert!(caches_of(&project).await.is_empty());
+}
+
+/// A PEP 517 backend inside the project (`backend-path`), needing nothing from an index: the
+/// tests below install packages with no network at all. Editable: a `.pth` naming `src`.
+const IN_TREE_BACKEND: &str = r#"import base64, hashlib, os, tomllib, zipfile
+
+def _meta():
+    with open("pyproject.toml", "rb") as f:
+        p = tomllib.load(f)["project"]
+    lines = ["Metadata-Version: 2.1", "Name: " + p["name"], "Version: " + p["version"]]
+    lines += ["Requires-Dist: " + r for r in p.get("dependencies", [])]
+    for extra, reqs in p.get("optional-dependencies", {}).items():
+        lines.append("Provides-Extra: " + extra)
+        lines += ['Requires-Dist: %s ; extra == "%s"' % (r, extra) for r in reqs]
+    return p["name"].replace("-", "_"), p["version"], "\n".join(lines) + "\n"
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+get_requires_for_build_editable = get_requires_for_build_wheel
+
+def _wheel(directory, files):
+    name, version, meta = _meta()
+    dist = "%s-%s.dist-info" % (name, version)
+    files = dict(files)
+    files[dist + "/METADATA"] = meta
+    files[dist + "/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data.encode()).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, digest, len(data.encode())))
+    files[dist + "/RECORD"] = "\n".join(record + [dist + "/RECORD,,"]) + "\n"
+    wheel = "%s-%s-py3-none-any.whl" % (name, version)
+    with zipfile.ZipFile(os.path.join(directory, wheel), "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return wheel
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    name = _meta()[0]
+    return _wheel(wheel_directory, {"_%s_editable.pth" % name: os.path.abspath("src") + "\n"})
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    files = {}
+    for root, _, names in os.walk("src"):
+        for n in names:
+            if n.endswith(".py"):
+                with open(os.path.join(root, n)) as f:
+                    files[os.path.relpath(os.path.join(root, n), "src")] = f.read()
+    return _wheel(wheel_directory, files)
+"#;
+
+fn in_tree_pyproject(name: &str, extra_tables: &str) -> String {
+    format!(
+        "[build-system]\nrequires = []\nbuild-backend = \"agentbox_backend\"\nbackend-path = [\".\"]\n\n\
+         [project]\nname = \"{name}\"\nversion = \"1.2.3\"\n{extra_tables}"
+    )
+}
+
+/// A src-layout package with no dependencies of its own, whose tests read its installed
+/// version and import what its test extra and its dependency group bring (local packages
+/// here, so no index is needed); a docs extra and a lint group are not installed.
+fn package_project() -> Project {
+    let main = in_tree_pyproject(
+        "clockpkg",
+        "\n[project.optional-dependencies]\ntest = [\"clockhelper @ file:///workspace/vendor/clockhelper\"]\n\
+         docs = [\"agentbox-absent-docs-pkg\"]\n\n\
+         [dependency-groups]\ntests = [\"grouphelper @ file:///workspace/vendor/grouphelper\"]\n\
+         lint = [\"agentbox-absent-lint-pkg\"]\n",
+    );
+    let helper = in_tree_pyproject("clockhelper", "");
+    let group = in_tree_pyproject("grouphelper", "");
+    Project::new(&[
+        ("pyproject.toml", main.as_str()),
+        ("agentbox_backend.py", IN_TREE_BACKEND),
+        ("src/clockpkg/__init__.py", "def now():\n    return 1\n"),
+        (
+            "tests/test_clock.py",
+            "import importlib.metadata\n\nimport clockhelper\nimport grouphelper\nfrom clockpkg import now\n\n\n\
+             def test_version():\n    assert importlib.metadata.version(\"clockpkg\") == \"1.2.3\"\n\n\n\
+             def test_helpers():\n    assert clockhelper.VALUE + grouphelper.VALUE == 3\n\n\n\
+             def test_now():\n    assert now() == 1\n",
+        ),
+        ("vendor/clockhelper/pyproject.toml", helper.as_str()),
+        ("vendor/clockhelper/agentbox_backend.py", IN_TREE_BACKEND),
+        ("vendor/clockhelper/src/clockhelper/__init__.py", "VALUE = 1\n"),
+        ("vendor/grouphelper/pyproject.toml", group.as_str()),
+        ("vendor/grouphelper/agentbox_backend.py", IN_TREE_BACKEND),
+        ("vendor/grouphelper/src/grouphelper/__init__.py", "VALUE = 2\n"),
+    ])
+}
+
+/// Python like CI, with no flags: a package is installed (editable) even with no dependencies,
+/// with its test extras and dependency groups, and the setup line says what and why; a
+/// project with nothing to install says that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_package_is_installed_with_its_test_extras_and_groups_and_no_flags() {
+    let project = package_project();
+    let run = hostile(
+        &project,
+        json!([done("Nothing to change.")]),
+        &["--command-timeout", "300"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "agentbox: setup: Python: installing the project itself, editable (it is a package: \
+             pyproject.toml [project]), with its extras test (pyproject.toml \
+             [project.optional-dependencies]); the dependency groups tests"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("agentbox: setup: running `pip install -e '.[test]' --group tests`"),
+        "{}",
+        run.stderr
+    );
+    let report = run.report.as_ref().unwrap();
+    assert_eq!(
+        report["tests"]["commands"][0]["counts"]["passed"],
+        json!(3),
+        "{report}"
+    );
+
+    let bare = Project::new(&[("test_bare.py", "def test_one():\n    assert 1 == 1\n")]);
+    let run = hostile(&bare, json!([done("Nothing to change.")]), &[]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("agentbox: setup: Python: nothing to install: no requirements file"),
+        "{}",
+        run.stderr
+    );
+    assert!(caches_of(&bare).await.is_empty(), "nothing to install, no cache");
+    remove_caches(&project).await;
+}
+
+/// `--setup 'pip install -e ...'` as a user writes it: the venv is already there and active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_pip_install_runs_in_the_venv() {
+    let project = package_project();
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash("command -v python3 pip; echo VIRTUAL_ENV=$VIRTUAL_ENV")]}, done("Checked.")]),
+        &["--setup", "pip install -e '.[test]' --group tests", "--command-timeout", "300"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("externally-managed-environment"),
+        "{}",
+        run.stderr
+    );
+    let (_, out, _) = run.result(0);
+    assert!(
+        out.contains(&format!("{VENV}/bin/python3")) && out.contains(&format!("VIRTUAL_ENV={VENV}")),
+        "{out}"
+    );
+    remove_caches(&project).await;
+}
+
+/// This project's caches only: the daemon is shared, `gc --caches` would take everyone's.
+async fn remove_caches(project: &Project) {
+    let docker = docker().await;
+    for name in caches_of(project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
 }
 
 /// A network that re-signs TLS, on loopback: an HTTPS index whose certificate only the host's

@@ -45,8 +45,14 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         ))
         .into());
     }
+    let published = super::publish::Published::start(&args.publish)?;
+    settings.published = published.forwards();
     let events = event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
+    if let Err(e) = published.announce(&session.sandbox).await {
+        let _ = session.close().await;
+        return Err(e.into());
+    }
     errln!("{}", HELP);
     // From here on Ctrl-C cancels what the chat waits for; the edge leaves it to us.
     let _claim = cleanup.claim_interrupts();
@@ -161,6 +167,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     events.emit(&Event::Note {
         message: "chat ended; removing the sandbox".into(),
     });
+    drop(published);
     let warnings = session.close().await.map(|c| c.warnings).unwrap_or_default();
     for w in warnings {
         errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));

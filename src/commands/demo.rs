@@ -69,7 +69,7 @@ pub async fn run(mut args: DemoArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         "agentbox demo: a copy of the example (3 of its 5 tests fail) is in {}\n",
         crate::output::escaped(dir.display())
     );
-    let report = run_task(&settings, &dir, DEFAULT_TASK).await?;
+    let report = run_task(&settings, &dir, DEFAULT_TASK, &Default::default()).await?;
     print_report(&report, args.json, settings.model.secrets())?;
     if replay {
         errln!(

@@ -357,7 +357,7 @@ async fn check_detection(docker: &Docker, cfg: &SandboxConfig, project: &Path, r
 }
 
 fn check_project(project: &Path, r: &mut Report) {
-    match crate::sandbox::bind_workspace(project) {
+    match crate::sandbox::bind_workspace(project, &Default::default()) {
         Ok((_, uid, gid)) => {
             if uid == 0 {
                 r.line(
@@ -768,6 +768,8 @@ mod tests {
             runtime: None,
             per_call_exec: false,
             allow_weak_limits: false,
+            host_scan_limit: 2_000_000,
+            host_scan_timeout: 30,
         })
         .unwrap();
         cfg.runtime = runtime.map(String::from);

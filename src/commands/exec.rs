@@ -20,7 +20,15 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             isolate: None,
             session_timeout: None,
         };
-        return super::shell::interactive(&args.sandbox, &args.project, args.command, options, cleanup).await;
+        return super::shell::interactive(
+            &args.sandbox,
+            &args.publish,
+            &args.project,
+            args.command,
+            options,
+            cleanup,
+        )
+        .await;
     }
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
     cfg.cleanup = cleanup;
@@ -41,6 +49,8 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         return Ok(crate::app::EXIT_USAGE);
     }
     choose_image_quietly(&mut cfg, &args.project).await?;
+    let published = super::publish::Published::start(&args.publish)?;
+    cfg.extras.forwards.extend(published.forwards());
     // A remote engine cannot mount the project: the command works on a copy, and what it
     // changed comes back as a patch.
     let (sandbox, copy) = if super::copy_for_remote_engine(&args.project) {
@@ -49,6 +59,10 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     } else {
         (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
     };
+    if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
@@ -83,6 +97,8 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             ),
         }
     }
+    // The ports close with the session, before its sandbox goes.
+    drop(published);
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
     for w in &check.warnings {

@@ -28,6 +28,8 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     } else {
         args.test_cmd.clone()
     };
+    let published = super::publish::Published::start(&args.publish)?;
+    cfg.extras.forwards.extend(published.forwards());
     // The sandbox exists before the first message is read: the client's `initialize` is
     // answered by a server whose tools are ready.
     let (sandbox, copy) = if args.isolate || super::copy_for_remote_engine(&args.project) {
@@ -36,6 +38,10 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     } else {
         (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
     };
+    if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
@@ -122,6 +128,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             ),
         }
     }
+    drop(published);
     server.sandbox().shutdown().await?;
     if let Some(check) = server.sandbox().check_host() {
         for w in &check.warnings {

@@ -8,6 +8,7 @@ pub mod exec;
 pub mod gc;
 pub mod image;
 pub mod mcp;
+pub mod publish;
 pub mod run;
 pub mod shell;
 

@@ -35,13 +35,20 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     } else {
         args.task.join(" ")
     };
-    let report = run_task(&settings, &args.project, &task).await?;
+    let published = super::publish::Published::start(&args.publish)?;
+    settings.published = published.forwards();
+    let report = run_task(&settings, &args.project, &task, &published).await?;
     print_report(&report, args.json, settings.model.secrets())?;
     Ok(report.exit_code)
 }
 
 /// Open a session on `project`, let the model work on `task`, check, report, clean up.
-pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> anyhow::Result<Report> {
+pub async fn run_task(
+    settings: &AgentSettings,
+    project: &Path,
+    task: &str,
+    published: &super::publish::Published,
+) -> anyhow::Result<Report> {
     let mut settings = settings.clone();
     if settings.isolate.is_none() && settings.strategy != crate::cli::Strategy::Loop {
         // Candidates are tested in copies of the project; the winner reaches a bind-mounted
@@ -57,6 +64,10 @@ pub async fn run_task(settings: &AgentSettings, project: &Path, task: &str) -> a
     let settings = &settings;
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
+    if let Err(e) = published.announce(&session.sandbox).await {
+        let _ = session.close().await;
+        return Err(e.into());
+    }
     if let Err(e) = session.tests_before(project).await {
         // The project's own tests ran: the host's check of the project still comes first.
         if let Some(check) = session.close().await {

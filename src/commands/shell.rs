@@ -31,7 +31,15 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         isolate: args.isolate.then(|| args.patch.clone()),
         session_timeout: args.session_timeout.map(Duration::from_secs),
     };
-    interactive(&args.sandbox, &args.project, command, options, cleanup).await
+    interactive(
+        &args.sandbox,
+        &args.publish,
+        &args.project,
+        command,
+        options,
+        cleanup,
+    )
+    .await
 }
 
 pub struct Options {
@@ -44,6 +52,7 @@ pub struct Options {
 /// `shell`, and `exec -it` with its command.
 pub async fn interactive(
     sandbox_args: &crate::cli::SandboxArgs,
+    publish: &crate::cli::PublishArgs,
     project: &Path,
     command: Vec<String>,
     mut options: Options,
@@ -64,6 +73,8 @@ pub async fn interactive(
     let mut cfg = SandboxConfig::from_args(sandbox_args)?;
     cfg.cleanup = cleanup;
     super::exec::choose_image_quietly(&mut cfg, project).await?;
+    let published = super::publish::Published::start(publish)?;
+    cfg.extras.forwards.extend(published.forwards());
     let (sandbox, copy) = match &options.isolate {
         Some(patch) => {
             let (sandbox, copy) = IsolatedCopy::open(&cfg, project, patch.clone()).await?;
@@ -75,6 +86,10 @@ pub async fn interactive(
             (crate::session::open_spec(&cfg, spec).await?.1, None)
         }
     };
+    if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
     for warning in crate::image::toolchain_warnings(&cfg.image, project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
@@ -108,7 +123,8 @@ pub async fn interactive(
         }
         None => None,
     };
-    // Every process of the session ends with the container.
+    // Every process of the session ends with the container; the ports close first.
+    drop(published);
     sandbox.shutdown().await?;
     let check = sandbox.check_host();
     let ended = ended?;

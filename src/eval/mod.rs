@@ -6,7 +6,7 @@
 //!
 //! ```toml
 //! test_cmd = "python3 -m pytest -q"     # or a list, all of which must pass; default: detected
-//! image = "agentbox/python:2"           # default: --image, else chosen as for `run`
+//! image = "agentbox/python:3"           # default: --image, else chosen as for `run`
 //! max_steps = 20                        # default: --max-steps
 //! test_files = ["spec/**"]              # test files besides the usual names
 //! ```

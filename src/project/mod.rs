@@ -19,6 +19,7 @@ pub mod declared;
 pub mod defs;
 pub mod detect;
 pub mod ini;
+pub mod python;
 pub mod results;
 pub mod rust;
 pub mod setup;

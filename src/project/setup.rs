@@ -50,31 +50,6 @@ fn text(root: &Path, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A requirements file with at least one requirement.
-fn has_requirements(root: &Path) -> bool {
-    text(root, "requirements.txt").lines().any(|l| {
-        let l = l.trim();
-        !l.is_empty() && !l.starts_with('#')
-    })
-}
-
-/// A `dependencies = [...]` (or `install_requires`) list that is not empty.
-fn declares_python_dependencies(root: &Path) -> bool {
-    let non_empty_list = |t: &str, key: &str| {
-        t.match_indices(key).any(|(i, _)| {
-            let rest = t[i + key.len()..].trim_start();
-            let Some(rest) = rest.strip_prefix('=') else {
-                return false;
-            };
-            let rest = rest.trim_start();
-            rest.strip_prefix('[')
-                .is_some_and(|r| r.trim_start().chars().next().is_some_and(|c| c != ']'))
-        })
-    };
-    non_empty_list(&text(root, "pyproject.toml"), "dependencies")
-        || non_empty_list(&text(root, "setup.py"), "install_requires")
-}
-
 fn declares_node_dependencies(root: &Path) -> bool {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text(root, "package.json")) else {
         return false;
@@ -112,37 +87,92 @@ fn declares_rust_dependencies(root: &Path) -> bool {
     false
 }
 
-/// The default setup commands for the detected ecosystems that declare dependencies (a
-/// project with none needs no setup, and gets no container or cache for it).
-pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, String)> {
-    let mut out = Vec::new();
+/// What setup does by default: the commands for the detected ecosystems that have something
+/// to install, and for each ecosystem what it installs and why, or why nothing (a project with
+/// nothing to install gets no container or cache for it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Defaults {
+    pub commands: Vec<(Ecosystem, String)>,
+    /// One line per ecosystem, for `agentbox: setup: ...`.
+    pub notes: Vec<String>,
+    /// A command runs the project's own build code (a package installed from the checkout, a
+    /// local path): what it reads cannot be bounded, so the cache key digests the project.
+    pub runs_project_code: bool,
+}
+
+/// The command that makes the venv every setup command then runs in. The image's own
+/// packages (pytest) stay visible inside it.
+pub fn venv_command() -> String {
+    format!("python3 -m venv --system-site-packages {VENV}")
+}
+
+/// The default setup for the detected ecosystems (see [`Defaults`]).
+pub fn defaults(root: &Path, detection: &Detection) -> Defaults {
+    let mut out = Defaults::default();
     for (eco, _) in &detection.ecosystems {
-        let cmd = match eco {
-            Ecosystem::Python => {
-                // The image's own packages (pytest) stay visible inside the venv.
-                let venv = format!("python3 -m venv --system-site-packages {VENV}");
-                if has_requirements(root) {
-                    Some(format!("{venv} && pip install -r requirements.txt"))
-                } else if declares_python_dependencies(root) {
-                    Some(format!("{venv} && pip install -e ."))
-                } else {
-                    None
+        let (cmd, note) = match eco {
+            Ecosystem::Python => match super::python::setup(root) {
+                super::python::PythonSetup::Install {
+                    command,
+                    why,
+                    runs_project_code,
+                } => {
+                    out.runs_project_code |= runs_project_code;
+                    (Some(command), why)
+                }
+                super::python::PythonSetup::Nothing(why) => (None, why),
+            },
+            Ecosystem::Node if !declares_node_dependencies(root) => (
+                None,
+                "Node: nothing to install: package.json declares no dependencies, devDependencies or \
+                 optionalDependencies"
+                    .into(),
+            ),
+            Ecosystem::Node => {
+                let lock = ["package-lock.json", "npm-shrinkwrap.json"]
+                    .into_iter()
+                    .find(|f| present(root, f));
+                // npm runs the root package's own lifecycle scripts (`prepare`, `install`).
+                out.runs_project_code = true;
+                match lock {
+                    Some(lock) => (
+                        Some("npm ci".to_string()),
+                        format!(
+                            "Node: installing package.json's dependencies and devDependencies as {lock} pins them"
+                        ),
+                    ),
+                    None => (
+                        Some("npm install".to_string()),
+                        "Node: installing package.json's dependencies and devDependencies (no lockfile)"
+                            .into(),
+                    ),
                 }
             }
-            Ecosystem::Node if !declares_node_dependencies(root) => None,
-            Ecosystem::Node if present(root, "package-lock.json") || present(root, "npm-shrinkwrap.json") => {
-                Some("npm ci".to_string())
-            }
-            Ecosystem::Node => Some("npm install".to_string()),
-            Ecosystem::Rust if declares_rust_dependencies(root) => Some("cargo fetch".to_string()),
-            Ecosystem::Go if text(root, "go.mod").contains("require") => Some("go mod download".to_string()),
-            Ecosystem::Rust | Ecosystem::Go => None,
+            Ecosystem::Rust if declares_rust_dependencies(root) => (
+                Some("cargo fetch".to_string()),
+                "Rust: fetching the crates Cargo.toml and Cargo.lock name".into(),
+            ),
+            Ecosystem::Rust => (
+                None,
+                "Rust: nothing to fetch: Cargo.toml declares no dependencies".into(),
+            ),
+            Ecosystem::Go if text(root, "go.mod").contains("require") => (
+                Some("go mod download".to_string()),
+                "Go: downloading the modules go.mod requires".into(),
+            ),
+            Ecosystem::Go => (None, "Go: nothing to download: go.mod requires no module".into()),
         };
+        out.notes.push(note);
         if let Some(cmd) = cmd {
-            out.push((*eco, cmd));
+            out.commands.push((*eco, cmd));
         }
     }
     out
+}
+
+/// The default setup commands (see [`defaults`]).
+pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, String)> {
+    defaults(root, detection).commands
 }
 
 /// The cache key: the image, the sandbox user, the setup commands and the content of every
@@ -347,8 +377,7 @@ mod tests {
             .map(|c| c.1)
             .collect();
         assert!(
-            cmds.iter()
-                .any(|c| c.ends_with("pip install -r requirements.txt")),
+            cmds.iter().any(|c| c == "pip install -r requirements.txt"),
             "{cmds:?}"
         );
         assert!(cmds.contains(&"npm ci".to_string()), "{cmds:?}");

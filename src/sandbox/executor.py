@@ -1149,7 +1149,17 @@ class Forwarder:
 
         out:PORT:PATH  listen on this sandbox's own 127.0.0.1:PORT; each connection is joined
                        to a new connection to the socket PATH (the egress proxy, a gateway)
+        in:PORT:PATH   a published port: the host listens on the socket PATH too, and never
+                       connects to anything of ours. Keep IDLE connections open to it; when
+                       the host writes GO on one (a client arrived on its side), connect to
+                       127.0.0.1:PORT here, answer JOINED or REFUSED, and join the two
     """
+
+    # The inbound handshake (see `publish.rs`): one byte each way.
+    GO = b"c"
+    JOINED = b"+"
+    REFUSED = b"-"
+    IDLE = 2
 
     # Each connection costs two threads, which count against the pids limit: bound them.
     MAX_CONNECTIONS = 64
@@ -1259,6 +1269,62 @@ class Forwarder:
 
         self.spawn(accept)
 
+    def inbound(self, port, path):
+        S = self.socket
+
+        def wait_for_client():
+            # One idle connection: it waits for the host's GO, then starts the next one.
+            delay = 0.05
+            while True:
+                try:
+                    host = self.unix(path)
+                    break
+                except OSError:
+                    # The host's side is not there (yet, or any more): try again, slowly.
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+            try:
+                go = host.recv(1)
+            except OSError:
+                go = b""
+            if go != self.GO:
+                # The host closed it (it keeps only so many idle, or it is going away): not
+                # at once again.
+                host.close()
+                time.sleep(0.5)
+            # Whatever happens to this one, the next client needs a waiting connection.
+            while not self.spawn(wait_for_client):
+                time.sleep(0.5)
+            if go != self.GO:
+                return
+            if not self.take_slot():
+                host.close()
+                return
+            try:
+                try:
+                    server = S.socket(S.AF_INET, S.SOCK_STREAM)
+                    server.connect(("127.0.0.1", port))
+                except OSError:
+                    server.close()
+                    try:
+                        host.sendall(self.REFUSED)
+                    except OSError:
+                        pass
+                    host.close()
+                    return
+                try:
+                    host.sendall(self.JOINED)
+                except OSError:
+                    server.close()
+                    host.close()
+                    return
+                self.join(host, server)
+            finally:
+                self.give_slot()
+
+        for _ in range(self.IDLE):
+            self.spawn(wait_for_client)
+
     def start(self, spec):
         for item in spec.split(","):
             kind, _, rest = item.partition(":")
@@ -1266,6 +1332,9 @@ class Forwarder:
                 if kind == "out":
                     port, _, path = rest.partition(":")
                     self.outbound(int(port), path)
+                elif kind == "in":
+                    port, _, path = rest.partition(":")
+                    self.inbound(int(port), path)
                 elif item:
                     self.warn(f"unknown forward {item!r}")
             except ValueError:

@@ -381,7 +381,7 @@ mod tests {
         // An entry cut short (no completion mark) is read from the image again.
         std::fs::remove_file(disk_cache::entry(root.path(), &id).unwrap().join("complete")).unwrap();
         assert_eq!(disk_cache::load_from(root.path(), &id), None);
-        for bad in ["", "sha256:", "../../etc", "sha256:../x", "agentbox/python:2"] {
+        for bad in ["", "sha256:", "../../etc", "sha256:../x", "agentbox/python:3"] {
             assert_eq!(disk_cache::entry(root.path(), bad), None, "{bad:?}");
         }
     }

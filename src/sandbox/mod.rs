@@ -17,6 +17,7 @@ pub mod gitquote;
 pub mod hostscan;
 pub mod identity;
 mod policy;
+pub mod publish;
 pub mod seccomp;
 pub mod tty;
 

@@ -51,9 +51,9 @@ pub const CA_BUNDLE: &str = "/run/agentbox-ca.pem";
 /// it never connects to a path or an address the sandbox could name or replace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Forward {
-    /// Names the mount (`/run/agentbox-NAME.sock`): a word of the code's, never of the
-    /// sandbox's or the user's.
-    pub name: &'static str,
+    /// Names the mount (`/run/agentbox-NAME.sock`): a word of the code's (and a port number),
+    /// never text of the sandbox's or the user's.
+    pub name: String,
     /// The host's socket.
     pub socket: PathBuf,
     pub direction: Direction,
@@ -66,13 +66,18 @@ pub enum Direction {
     /// The sandbox's connections to its own `127.0.0.1:PORT` go to the host's socket, one
     /// connection there for each (the egress proxy, a model gateway).
     Outbound { port: u16 },
+    /// A published port: the host's connections to it are joined to new connections to the
+    /// sandbox's own `127.0.0.1:PORT`. The host still only listens: the executor keeps
+    /// connections open to the host's socket and, told on one that a client came, connects to
+    /// the port (see `sandbox::publish`).
+    Inbound { port: u16 },
 }
 
 impl Forward {
     /// The egress proxy's socket, forwarded from the sandbox's `127.0.0.1:`[`EGRESS_PORT`].
     pub fn egress(socket: PathBuf) -> Forward {
         Forward {
-            name: "egress",
+            name: "egress".into(),
             socket,
             direction: Direction::Outbound { port: EGRESS_PORT },
             purpose: "the egress proxy (the setup phase's network, --agent-network allowlist)",
@@ -84,11 +89,12 @@ impl Forward {
         format!("/run/agentbox-{}.sock", self.name)
     }
 
-    /// This forward as the executor reads it from `AGENTBOX_FORWARD` (`out:PORT:PATH`,
-    /// comma-separated).
+    /// This forward as the executor reads it from `AGENTBOX_FORWARD` (`out:PORT:PATH` or
+    /// `in:PORT:PATH`, comma-separated).
     fn spec(&self) -> String {
         match self.direction {
             Direction::Outbound { port } => format!("out:{port}:{}", self.target()),
+            Direction::Inbound { port } => format!("in:{port}:{}", self.target()),
         }
     }
 }
@@ -717,7 +723,7 @@ mod tests {
     fn spec() -> SandboxSpec {
         SandboxSpec {
             session: "abc".into(),
-            image: "agentbox/python:2".into(),
+            image: "agentbox/python:3".into(),
             workspace: WorkspaceSource::Bind {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],

@@ -122,7 +122,7 @@ impl Session {
             let _held = cleanup.critical();
             // What git on this machine would run or read, as the project is now: a change may
             // not touch it, nor make a directory a repository.
-            let baseline = hostscan::Baseline::take(&project);
+            let baseline = hostscan::Baseline::take(&project, &Default::default());
             if let Err(e) = refuse_git_changes(&project, &baseline.protection, &set.changes) {
                 return (Err(e), None);
             }

@@ -169,6 +169,10 @@ impl Session {
         let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
         warnings.extend(setup.notes.iter().cloned());
+        sandbox_cfg
+            .extras
+            .forwards
+            .extend(settings.published.iter().cloned());
         let opened = open_session_sandbox(settings, &sandbox_cfg, project).await;
         preflight::report(
             events.as_ref(),

@@ -135,16 +135,45 @@ pub async fn run(
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root))
         .await
         .unwrap_or_default();
-    let commands: Vec<String> = if setup.disabled {
+    let python = detection
+        .ecosystems
+        .iter()
+        .any(|(e, _)| *e == crate::project::Ecosystem::Python);
+    let mut commands: Vec<String> = if setup.disabled {
         Vec::new()
     } else if !setup.commands.is_empty() {
         setup.commands.clone()
     } else {
-        plan::default_commands(project, &detection)
-            .into_iter()
-            .map(|(_, c)| c)
-            .collect()
+        let defaults = plan::defaults(project, &detection);
+        for line in &defaults.notes {
+            note(events, format!("setup: {line}"));
+        }
+        defaults.commands.into_iter().map(|(_, c)| c).collect()
     };
+    // The venv comes first, so every command (a default or `--setup`'s `pip install ...`)
+    // runs with it active, as CI's would: the image's pip refuses to install outside one
+    // (PEP 668). A project that is not Python gets one only for its given commands, and only
+    // where the image can make one.
+    if !commands.is_empty() && (python || !setup.commands.is_empty()) {
+        note(
+            events,
+            format!(
+                "setup: the venv {} first; every setup command runs with it active (VIRTUAL_ENV, PATH, its pip)",
+                plan::VENV
+            ),
+        );
+        commands.insert(
+            0,
+            if python {
+                plan::venv_command()
+            } else {
+                format!(
+                    "command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || exit 0; {}",
+                    plan::venv_command()
+                )
+            },
+        );
+    }
     let engine = crate::sandbox::engine::current();
     let commands = if engine.is_remote() && !commands.is_empty() {
         if !setup.commands.is_empty() {

@@ -156,6 +156,8 @@ pub fn config() -> SandboxConfig {
         runtime: test_runtime(),
         per_call_exec: false,
         allow_weak_limits: false,
+        host_scan_limit: 2_000_000,
+        host_scan_timeout: 30,
     };
     SandboxConfig::from_args(&args).unwrap()
 }

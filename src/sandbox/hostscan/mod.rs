@@ -33,6 +33,37 @@ use std::sync::OnceLock;
 /// incomplete rather than costing unbounded memory (about 70 bytes an entry).
 pub const MAX_ENTRIES: usize = 1_000_000;
 
+/// How far one scan goes: the sandbox makes entries for free (a hard link costs no inode, and
+/// one `exec` can make millions), and every entry is a `stat` on the host. Past either bound
+/// the scan stops and says so ([`Scan::stopped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanBounds {
+    /// Entries looked at (`--host-scan-limit`).
+    pub entries: usize,
+    /// Time spent (`--host-scan-timeout`).
+    pub time: std::time::Duration,
+}
+
+impl Default for ScanBounds {
+    fn default() -> Self {
+        ScanBounds {
+            entries: 2_000_000,
+            time: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+impl ScanBounds {
+    /// What stopped a scan, as the user can act on it.
+    fn stop_reason(&self, entries: bool) -> String {
+        if entries {
+            format!("it stopped after {} entries (--host-scan-limit)", self.entries)
+        } else {
+            format!("it stopped after {}s (--host-scan-timeout)", self.time.as_secs())
+        }
+    }
+}
+
 /// How many paths of the "changed outside the diff" list a report carries.
 pub const MAX_LISTED_CHANGES: usize = 1000;
 
@@ -49,6 +80,9 @@ pub struct Scan {
     pub entries: Vec<(PathBuf, u64)>,
     /// More than [`MAX_ENTRIES`]: `entries` holds the first ones only.
     pub truncated: bool,
+    /// Why the scan stopped before the end ([`ScanBounds`]): what it did not reach is unknown —
+    /// its links, its git metadata, its changes.
+    pub stopped: Option<String>,
 }
 
 /// Keys for the fingerprints, random per process: the sandbox controls most of what is
@@ -96,7 +130,9 @@ fn fingerprint_at(path: &Path) -> Option<u64> {
     Some(fingerprint(path, &meta))
 }
 
-pub fn scan(project: &Path) -> Scan {
+pub fn scan(project: &Path, bounds: &ScanBounds) -> Scan {
+    let started = std::time::Instant::now();
+    let mut seen = 0usize;
     let mut out = Scan::default();
     // (dev, inode) → (links the file has, links found inside the project, first path seen).
     let mut inodes: HashMap<(u64, u64), (u64, u64, PathBuf)> = HashMap::new();
@@ -113,6 +149,17 @@ pub fn scan(project: &Path) -> Scan {
         // for git takes a root with HEAD, objects and refs for a repository too.
         let mut shape = git::GitDirShape::default();
         for entry in read.flatten() {
+            seen += 1;
+            if seen > bounds.entries {
+                out.stopped = Some(bounds.stop_reason(true));
+            } else if seen.is_multiple_of(1024) && started.elapsed() > bounds.time {
+                out.stopped = Some(bounds.stop_reason(false));
+            }
+            if out.stopped.is_some() {
+                out.truncated = true;
+                stack.clear();
+                break;
+            }
             shape.see(&entry.file_name());
             let rel = rel_dir.join(entry.file_name());
             let Ok(meta) = entry.path().symlink_metadata() else {
@@ -141,6 +188,9 @@ pub fn scan(project: &Path) -> Scan {
         }
         if shape.is_git_dir() {
             out.git.insert(rel_dir);
+        }
+        if out.stopped.is_some() {
+            break;
         }
     }
     out.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -360,6 +410,8 @@ pub fn changes(before: &Scan, after: &Scan) -> HostChanges {
 pub struct Baseline {
     pub scan: Scan,
     pub protection: Protection,
+    /// The bounds of this scan, and of the one after the session.
+    pub bounds: ScanBounds,
 }
 
 impl PartialEq for Baseline {
@@ -369,10 +421,14 @@ impl PartialEq for Baseline {
 }
 
 impl Baseline {
-    pub fn take(project: &Path) -> Baseline {
-        let scan = scan(project);
+    pub fn take(project: &Path, bounds: &ScanBounds) -> Baseline {
+        let scan = scan(project, bounds);
         let protection = protection(project, &scan);
-        Baseline { scan, protection }
+        Baseline {
+            scan,
+            protection,
+            bounds: *bounds,
+        }
     }
 }
 
@@ -391,7 +447,7 @@ pub struct HostCheck {
 /// paths that are no longer what they were, and list every change. Run it only when nothing
 /// of the sandbox runs any more.
 pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
-    let after = scan(project);
+    let after = scan(project, &before.bounds);
     let mut suspects: BTreeMap<PathBuf, String> = BTreeMap::new();
     for new in after.git.difference(&before.scan.git) {
         let existed = new.as_os_str().is_empty()
@@ -497,6 +553,15 @@ pub fn check(project: &Path, before: &Baseline, session: &str) -> HostCheck {
         warnings.push(format!(
             "{} cannot be read, so it was not checked for planted git metadata: inspect it",
             quote(dir)
+        ));
+    }
+    if let Some(why) = &after.stopped {
+        // Planted git metadata is looked for by the same walk: what it did not reach was not
+        // checked. Said, like an unreadable directory, rather than walking on without bound.
+        warnings.push(format!(
+            "the host's scan of the project after the session was incomplete ({why}): git metadata \
+             the session may have planted past that point was not looked for, and the account of \
+             changes is incomplete. Inspect the project (`find . -name .git`) before running git in it"
         ));
     }
     let changes = changes(&before.scan, &after);
@@ -611,7 +676,7 @@ mod tests {
         std::fs::hard_link(outside.path().join("cache.py"), p.path().join(".venv/lib/mod.py")).unwrap();
         std::fs::write(p.path().join("a.txt"), "a").unwrap();
         std::fs::hard_link(p.path().join("a.txt"), p.path().join("b.txt")).unwrap();
-        let s = scan(p.path());
+        let s = scan(p.path(), &ScanBounds::default());
         assert_eq!(s.linked_outside, [PathBuf::from(".venv/lib/mod.py")]);
     }
 
@@ -636,7 +701,7 @@ mod tests {
         std::fs::create_dir_all(root.join("wt")).unwrap();
         std::fs::write(root.join("wt/HEAD"), "ref: refs/heads/x").unwrap();
         std::fs::write(root.join("wt/commondir"), "../bare").unwrap();
-        let s = scan(root);
+        let s = scan(root, &ScanBounds::default());
         let git: Vec<&Path> = s.git.iter().map(|p| p.as_path()).collect();
         assert_eq!(
             git,
@@ -669,7 +734,7 @@ mod tests {
             "[core]\n\thooksPath = .husky/_\n\tfsmonitor = sh fsmon.sh\n[include]\n\tpath = ../.gitconfig-extra\n[remote \"o\"]\n\turl = /elsewhere\n",
         )
         .unwrap();
-        let protection = protection(&root, &scan(&root));
+        let protection = protection(&root, &scan(&root, &ScanBounds::default()));
         let want: Vec<PathBuf> = [".git", ".gitconfig-extra", ".husky/_", "fsmon.sh"]
             .iter()
             .map(PathBuf::from)
@@ -693,7 +758,7 @@ mod tests {
             let p = tempfile::tempdir().unwrap();
             let root = p.path();
             std::fs::create_dir_all(root.join(".git")).unwrap();
-            let before = Baseline::take(root);
+            let before = Baseline::take(root, &ScanBounds::default());
             std::fs::create_dir_all(root.join("sub/.git")).unwrap();
             let check = check(root, &before, "s1");
             assert_eq!(check.warnings.len(), 1, "{:?}", check.warnings);
@@ -720,7 +785,7 @@ mod tests {
                 "[core]\n\thooksPath = .husky/_\n[x]\n\ty = scripts/later.sh\n",
             )
             .unwrap();
-            let before = Baseline::take(&root);
+            let before = Baseline::take(&root, &ScanBounds::default());
             // The parent renamed (the read-only mount moves with it), a new hook in its place,
             // and a script created where the config names one.
             std::fs::rename(root.join(".husky"), root.join(".husky-old")).unwrap();
@@ -755,7 +820,7 @@ mod tests {
         with_data_dir(|_| {
             let p = tempfile::tempdir().unwrap();
             let root = p.path();
-            let before = Baseline::take(root);
+            let before = Baseline::take(root, &ScanBounds::default());
             for d in ["vendor/cache/objects", "vendor/cache/refs", "docs"] {
                 std::fs::create_dir_all(root.join(d)).unwrap();
             }
@@ -781,7 +846,7 @@ mod tests {
             let root = p.path();
             std::fs::create_dir_all(root.join("src")).unwrap();
             std::fs::write(root.join("src/a.py"), "mine").unwrap();
-            let before = Baseline::take(root);
+            let before = Baseline::take(root, &ScanBounds::default());
             for d in ["src/objects", "src/refs", "objects", "refs"] {
                 std::fs::create_dir_all(root.join(d)).unwrap();
             }
@@ -813,7 +878,7 @@ mod tests {
         quarantine::set_test_root(shm.path());
         let project = p.path().join("proj");
         std::fs::create_dir_all(project.join("sub")).unwrap();
-        let before = Baseline::take(&project);
+        let before = Baseline::take(&project, &ScanBounds::default());
         std::fs::create_dir_all(project.join("sub/.git")).unwrap();
         let session = format!("s6-{}", std::process::id());
         let check = check(&project, &before, &session);
@@ -830,7 +895,7 @@ mod tests {
         std::fs::create_dir_all(root.join(".venv/lib")).unwrap();
         std::fs::write(root.join("a.py"), "x").unwrap();
         std::fs::write(root.join("gone.py"), "x").unwrap();
-        let before = scan(root);
+        let before = scan(root, &ScanBounds::default());
         std::fs::write(root.join(".venv/lib/evil.pth"), "import os").unwrap();
         std::fs::remove_file(root.join("gone.py")).unwrap();
         // Same size, same mtime put back: the change time still tells.
@@ -842,11 +907,32 @@ mod tests {
             .unwrap()
             .set_modified(mtime)
             .unwrap();
-        let got = changes(&before, &scan(root));
+        let got = changes(&before, &scan(root, &ScanBounds::default()));
         let want: Vec<PathBuf> = [".venv/lib/evil.pth", "a.py", "gone.py"]
             .iter()
             .map(PathBuf::from)
             .collect();
         assert_eq!(got.paths, want);
+    }
+
+    #[test]
+    fn a_scan_stops_at_its_bound_and_says_why() {
+        let p = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            std::fs::write(p.path().join(i.to_string()), "x").unwrap();
+        }
+        let bounds = ScanBounds {
+            entries: 10,
+            time: std::time::Duration::from_secs(60),
+        };
+        let s = scan(p.path(), &bounds);
+        assert_eq!(s.entries.len(), 10);
+        assert!(s.truncated);
+        assert_eq!(
+            s.stopped.as_deref(),
+            Some("it stopped after 10 entries (--host-scan-limit)")
+        );
+        let all = scan(p.path(), &ScanBounds::default());
+        assert_eq!((all.entries.len(), all.stopped), (50, None));
     }
 }

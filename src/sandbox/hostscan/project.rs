@@ -57,9 +57,24 @@ pub fn inspect_project(project: &Path) -> Result<ProjectDir, SandboxError> {
 /// Resolve a project directory into a bind mount, refusing what cannot be protected: files
 /// hard-linked to files outside the project (a package manager's cache, say), which the sandbox
 /// could change through the link. Git metadata is mounted read-only wherever it is.
-pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
+pub fn bind_workspace(
+    project: &Path,
+    bounds: &super::ScanBounds,
+) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
     let dir = inspect_project(project)?;
-    let scan = super::scan(&dir.path);
+    let scan = super::scan(&dir.path, bounds);
+    if let Some(why) = &scan.stopped {
+        // What the scan did not reach is unknown: hard links to files outside (which the
+        // sandbox could write through) and git metadata (which must be mounted read-only).
+        // Mounting it anyway would promise what agentbox did not check.
+        return Err(SandboxError::Other(format!(
+            "refusing to mount {}: agentbox's scan of it for hard links to files outside and for git \
+             metadata was incomplete ({why}), so it cannot be protected. Remove what a session left \
+             there (millions of hard links, say), raise --host-scan-limit / --host-scan-timeout, or use \
+             --isolate",
+            dir.path.display()
+        )));
+    }
     if !scan.linked_outside.is_empty() {
         let examples: Vec<String> = scan
             .linked_outside
@@ -81,7 +96,11 @@ pub fn bind_workspace(project: &Path) -> Result<(WorkspaceSource, u32, u32), San
         WorkspaceSource::Bind {
             project: dir.path,
             protected: protection.mounts.clone(),
-            baseline: std::sync::Arc::new(super::Baseline { scan, protection }),
+            baseline: std::sync::Arc::new(super::Baseline {
+                scan,
+                protection,
+                bounds: *bounds,
+            }),
         },
         dir.uid,
         dir.gid,
