@@ -650,3 +650,41 @@ async fn apply_refuses_what_git_on_the_host_would_run() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_leading_out_of_the_project_is_left_out_of_the_copy_and_said() {
+    // The engine's archive API refuses a link that climbs above the extraction directory
+    // ("invalid symlink"): one such link in the project must not block the isolated run.
+    let project = Project::new(&[("app.py", "x = 1\n"), ("sub/keep.txt", "k\n")]);
+    std::os::unix::fs::symlink("../../", project.file("sub/up")).unwrap();
+    std::os::unix::fs::symlink("../app.py", project.file("sub/inside")).unwrap();
+    project.chown_all();
+    let run = isolated(
+        &project,
+        json!([
+            {"tool_calls": [bash("test ! -e sub/up && readlink sub/inside && echo x = 2 > app.py")]},
+            {"text": "done"}
+        ]),
+        &["--apply"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}\n{}", run.report, run.stderr);
+    assert!(
+        run.warnings().contains(
+            "sub/up is a symbolic link leading out of the project (to ../../); it is left out of the copy"
+        ),
+        "{}",
+        run.warnings()
+    );
+    assert_eq!(project.read("app.py"), "x = 2\n");
+    assert_eq!(
+        run.changed(),
+        vec!["app.py".to_string()],
+        "the link is not taken for deleted"
+    );
+    assert_eq!(
+        std::fs::read_link(project.file("sub/up")).unwrap(),
+        PathBuf::from("../../"),
+        "the project keeps its link"
+    );
+}

@@ -78,6 +78,27 @@ pub struct Packed {
     pub tar: tempfile::NamedTempFile,
     pub manifest: Manifest,
     pub bytes: u64,
+    /// What was left out of the copy, and why (one line each, for the user).
+    pub left_out: Vec<String>,
+}
+
+/// Whether a link's target, taken relative to the link's directory (`rel`'s parent), climbs
+/// above the project's root. The engine's archive API refuses such a link outright ("invalid
+/// symlink"), failing the whole copy; an absolute target is taken inside the extraction
+/// directory by it, and is copied.
+fn climbs_out(rel: &Path, target: &Path) -> bool {
+    use std::path::Component;
+    let mut depth = rel.parent().map_or(0, |p| p.components().count());
+    for c in target.components() {
+        match c {
+            Component::RootDir | Component::Prefix(_) => return false,
+            Component::ParentDir if depth == 0 => return true,
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+        }
+    }
+    false
 }
 
 /// Hashes what passes through, for the manifest, while the tar builder copies it.
@@ -121,6 +142,7 @@ pub fn pack(
     builder.follow_symlinks(false);
     let mut manifest = Manifest::default();
     let mut bytes = 0u64;
+    let mut left_out = Vec::new();
     let mut stack: Vec<Option<RelPath>> = vec![None];
     while let Some(rel_dir) = stack.pop() {
         let dir = match &rel_dir {
@@ -164,6 +186,17 @@ pub fn pack(
                 stack.push(Some(key));
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&full).map_err(read_err(&full))?;
+                if climbs_out(key.as_path(), &target) {
+                    // Nothing inside the copy is there to resolve to; left out of the copy and
+                    // of the manifest (the read-back takes it for untouched, never deleted).
+                    left_out.push(format!(
+                        "{} is a symbolic link leading out of the project (to {}); it is left out of \
+                         the copy (the sandbox does not have it; the project keeps it)",
+                        crate::sandbox::hostscan::quote(key.as_path()),
+                        crate::sandbox::hostscan::quote(&target)
+                    ));
+                    continue;
+                }
                 header.set_entry_type(tar::EntryType::Symlink);
                 header.set_size(0);
                 builder
@@ -220,6 +253,7 @@ pub fn pack(
         tar: tar_file,
         manifest,
         bytes,
+        left_out,
     })
 }
 
@@ -921,5 +955,29 @@ mod tests {
         for p in ["new", "new/deep", "new/deep/f", "new/l"] {
             assert_eq!(owner(p), (4242, 4243), "{p}: as the project");
         }
+    }
+
+    #[test]
+    fn a_link_climbing_out_of_the_project_is_left_out_and_said() {
+        assert!(climbs_out(Path::new("sub/up"), Path::new("../../")));
+        assert!(climbs_out(Path::new("up"), Path::new("..")));
+        assert!(climbs_out(Path::new("a/b"), Path::new("c/../../../x")));
+        assert!(!climbs_out(Path::new("sub/up"), Path::new("..")));
+        assert!(!climbs_out(Path::new("sub/l"), Path::new("../a.py")));
+        assert!(!climbs_out(Path::new("l"), Path::new("/etc/passwd")));
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink("../../", d.path().join("sub/up")).unwrap();
+        std::os::unix::fs::symlink("..", d.path().join("sub/root")).unwrap();
+        let packed = pack(d.path(), 0, 0, &|_| false).unwrap();
+        assert_eq!(packed.left_out.len(), 1, "{:?}", packed.left_out);
+        assert!(packed.left_out[0].starts_with("sub/up is a symbolic link leading out"));
+        let keys: Vec<_> = packed
+            .manifest
+            .entries
+            .keys()
+            .map(|k| k.as_path().to_path_buf())
+            .collect();
+        assert!(!keys.contains(&PathBuf::from("sub/up")) && keys.contains(&PathBuf::from("sub/root")));
     }
 }

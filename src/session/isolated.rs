@@ -29,6 +29,8 @@ pub(super) struct Isolation {
     pub(super) project: std::path::PathBuf,
     pub(super) manifest: Arc<Manifest>,
     pub(super) settings: IsolateSettings,
+    /// What the copy left out, and why (`isolate::Packed::left_out`).
+    pub(super) left_out: Vec<String>,
 }
 
 impl Session {
@@ -78,6 +80,7 @@ impl Session {
         if let Some(message) = isolate::readback::caches_note(&set.skipped) {
             self.events.emit(&Event::Note { message });
         }
+        report.warnings.extend(iso.left_out.iter().cloned());
         report.warnings.extend(isolate::readback::warnings(
             &set.skipped,
             isolate::readback::Limits::default(),
@@ -436,7 +439,11 @@ impl IsolatedCopy {
         session: &str,
     ) -> Result<PatchWritten, String> {
         let set = changeset(sandbox, &self.0, timeout).await?;
-        let warnings = isolate::readback::warnings(&set.skipped, isolate::readback::Limits::default());
+        let mut warnings = self.0.left_out.clone();
+        warnings.extend(isolate::readback::warnings(
+            &set.skipped,
+            isolate::readback::Limits::default(),
+        ));
         let path = self
             .0
             .settings

@@ -305,6 +305,7 @@ pub(super) async fn open_isolated(
             project: root,
             manifest: Arc::new(packed.manifest),
             settings: iso.clone(),
+            left_out: packed.left_out,
         },
     ))
 }
