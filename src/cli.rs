@@ -419,8 +419,9 @@ pub struct AgentArgs {
     #[arg(long, value_enum, value_name = "STRATEGY", value_delimiter = ',')]
     pub strategy: Vec<Strategy>,
 
-    /// With --strategy repair or auto: candidate fixes asked for (the first at temperature 0,
-    /// the others at --retry-temperature).
+    /// With --strategy repair or auto: candidate fixes asked for per round (the first at
+    /// temperature 0 about every failure; the others each about one failing test, at
+    /// temperature 0 until each has had one, then at --retry-temperature).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidates: u32,
 
@@ -466,6 +467,10 @@ pub struct SetupArgs {
     /// Skip the setup phase.
     #[arg(long, conflicts_with = "setup")]
     pub no_setup: bool,
+
+    /// Fill the setup cache again even when one fits (removing it first).
+    #[arg(long, conflicts_with = "no_setup")]
+    pub refresh_setup: bool,
 
     /// The longest the whole setup phase may take.
     #[arg(long, value_name = "SECS", default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..))]

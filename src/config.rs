@@ -436,6 +436,8 @@ pub struct SetupSettings {
     pub agent_network: bool,
     /// `--no-default-registries`.
     pub no_default_registries: bool,
+    /// `--refresh-setup`: a cache that fits is removed and filled again.
+    pub refresh: bool,
     /// The CAs the setup phase trusts beyond the image's.
     pub trust: TrustSettings,
 }
@@ -475,6 +477,7 @@ impl SetupSettings {
             allow,
             agent_network: args.agent_network == crate::cli::AgentNetwork::Allowlist,
             no_default_registries: args.no_default_registries,
+            refresh: args.refresh_setup,
             trust: TrustSettings::from_args(&args.trust),
         })
     }

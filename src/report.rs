@@ -298,6 +298,9 @@ pub struct CandidateReport {
     /// left with it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kept: bool,
+    /// The failing test its prompt was about, when it was asked about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus: Option<String>,
 }
 
 fn first_round() -> u32 {
@@ -317,6 +320,7 @@ impl CandidateReport {
             tests_passed: None,
             tests_failed: None,
             kept: false,
+            focus: None,
         }
     }
 
@@ -328,8 +332,13 @@ impl CandidateReport {
         } else {
             String::new()
         };
+        let about = self
+            .focus
+            .as_ref()
+            .map(|t| format!(", about {t}"))
+            .unwrap_or_default();
         let mut s = format!(
-            "candidate {} ({round}temperature {}): {}",
+            "candidate {} ({round}temperature {}{about}): {}",
             self.number,
             self.temperature,
             self.verdict.as_str()

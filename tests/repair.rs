@@ -513,8 +513,18 @@ async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_r
         .collect();
     assert_eq!(tools, ["write_file"]);
     assert_eq!(body["temperature"], 0.0);
+    // Candidate 2 is about the one failing test, a prompt of its own: temperature 0 again;
+    // candidate 3 asks about it once more, at the retry temperature.
+    assert_eq!(reqs[1].body["temperature"], 0.0);
+    assert!(
+        reqs[1].body["messages"]
+            .to_string()
+            .contains("Start with one failing test: `test_counter.py::test_extra_spaces`"),
+        "{}",
+        reqs[1].body
+    );
     assert_eq!(
-        reqs[1].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        reqs[2].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
         Some(8.0)
     );
     // Room for the whole file, not the planned 4096 a runaway reply would fill: here the
@@ -998,5 +1008,113 @@ async fn auto_starts_the_loop_from_the_best_repair_candidate() {
         out.stderr
     );
     assert_eq!(report(&out)["tests"]["passed"], true);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+// The demo's shape: `fee` calls `days_late`, so fixing only the halving passes no more tests
+// (the member's fee is 50 instead of 37, not 50.0): the first candidate's fix is not progress.
+const LATE: &str = "def days_late(due, returned):\n    \"\"\"Whole days after the due date.\"\"\"\n    return max(returned - due + 1, 0)\n\n\ndef fee(due, returned, member=False):\n    \"\"\"25 cents a late day; members pay half, in whole cents.\"\"\"\n    total = days_late(due, returned) * 25\n    if member:\n        total = total / 2\n    return total\n";
+const LATE_TESTS: &str = "from late import days_late, fee\n\n\ndef test_on_time():\n    assert days_late(10, 10) == 0\n\n\ndef test_early():\n    assert days_late(10, 5) == 0\n\n\ndef test_fee():\n    assert fee(10, 13) == 75\n\n\ndef test_member_pays_half_in_cents():\n    assert fee(10, 13, member=True) == 37\n";
+const LATE_BUG: &str = "    return max(returned - due + 1, 0)\n";
+const LATE_FIX: &str = "    return max(returned - due, 0)\n";
+
+fn late_blocks(changes: &[(&str, &str)]) -> Value {
+    let text: String = changes
+        .iter()
+        .map(|(old, new)| format!("late.py\n<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE\n\n"))
+        .collect();
+    json!({ "text": text })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_candidate_is_asked_about_one_failing_test_with_the_code_it_calls() {
+    let p = Project::new(&[("late.py", LATE), ("test_late.py", LATE_TESTS)]);
+    let out = run(
+        &p,
+        json!([
+            late_blocks(&[(HALF_BUG, HALF_FIX)]),
+            late_blocks(&[(LATE_BUG, LATE_FIX)]),
+            late_blocks(&[(HALF_BUG, HALF_FIX)]),
+            {"text": "I cannot tell."}
+        ]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-reply",
+            "blocks",
+            "--candidates",
+            "2",
+            "--candidate-jobs",
+            "1",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    assert_eq!(
+        verdicts(&out)[..3],
+        ["failed", "failed", "passed"],
+        "{}",
+        out.stderr
+    );
+    // Candidate 1 (every failure) fixed the halving only: no test more passes.
+    assert_eq!(c[0]["tests_failed"], 3, "{c:?}");
+    assert!(c[0].get("focus").is_none(), "{c:?}");
+    // Candidate 2 was about the first failing test, at temperature 0, and made progress.
+    assert_eq!(c[1]["focus"], "test_late.py::test_on_time", "{c:?}");
+    assert_eq!(c[1]["temperature"], 0.0, "{c:?}");
+    assert_eq!(
+        (c[1]["kept"].as_bool(), c[1]["tests_failed"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert_eq!(c[2]["round"], 2, "{c:?}");
+    let requests: Vec<String> = out
+        .events
+        .iter()
+        .filter(|e| e["event"] == "model_request")
+        .map(|e| {
+            e["request"]["messages"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        !requests[0].contains("Start with one failing test"),
+        "{}",
+        requests[0]
+    );
+    let second = &requests[1];
+    // The same prompt first (a prefix the server can cache), then the paragraph.
+    assert!(
+        second.starts_with(requests[0].split("\nReply with").next().unwrap()),
+        "{second}"
+    );
+    let para = second
+        .split("Start with one failing test: `test_late.py::test_on_time`.")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{second}"));
+    assert!(
+        para.contains("E       assert 1 == 0") || para.contains("assert 1 == 0"),
+        "{para}"
+    );
+    assert!(!para.contains("test_fee"), "only this test's failure: {para}");
+    assert!(
+        para.contains("def test_on_time():\n    assert days_late(10, 10) == 0"),
+        "{para}"
+    );
+    assert!(
+        para.contains("It calls `days_late`") && para.contains("return max(returned - due + 1, 0)"),
+        "{para}"
+    );
+    assert_eq!(
+        p.read("late.py"),
+        LATE.replace(LATE_BUG, LATE_FIX).replace(HALF_BUG, HALF_FIX)
+    );
+    assert!(
+        out.stderr
+            .contains("candidate 2 (temperature 0, about test_late.py::test_on_time): failed"),
+        "{}",
+        out.stderr
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }

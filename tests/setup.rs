@@ -444,7 +444,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = {}
     for root, _, names in os.walk("src"):
         for n in names:
-            if n.endswith(".py"):
+            if n.endswith((".py", ".pth")):
                 with open(os.path.join(root, n)) as f:
                     files[os.path.relpath(os.path.join(root, n), "src")] = f.read()
     return _wheel(wheel_directory, files)
@@ -915,4 +915,75 @@ async fn a_rust_crate_gets_its_registry_from_the_images_cargo_and_keeps_its_cach
     for name in caches_of(&project).await {
         agentbox::sandbox::caches::remove(&docker, &name).await;
     }
+}
+
+/// Hostile: a `.pth` planted through an included requirements file (`-r reqs/base.txt` names a
+/// local package that ships one). The user fixes the include; the next run must not reuse the
+/// poisoned venv (the key once hashed only the root manifests). `--refresh-setup` fills a
+/// cache that fits again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_include_is_not_served_from_the_poisoned_cache() {
+    let evil = in_tree_pyproject("evilpkg", "");
+    let project = Project::new(&[
+        ("requirements.txt", "-r reqs/base.txt\n"),
+        ("reqs/base.txt", "./vendor/evil\n"),
+        ("vendor/evil/pyproject.toml", evil.as_str()),
+        ("vendor/evil/agentbox_backend.py", IN_TREE_BACKEND),
+        ("vendor/evil/src/evilpkg/__init__.py", ""),
+        (
+            "vendor/evil/src/evil_planted.pth",
+            "import sys; sys.stderr.write('PLANTED-CODE-RAN\\n')\n",
+        ),
+        ("test_ok.py", "def test_ok():\n    assert True\n"),
+    ]);
+    let probe = bash("python3 -c 'print(\"probe\")' 2>&1");
+    let turns = json!([{"tool_calls": [probe]}, done("Checked.")]);
+    let poisoned = hostile(&project, turns.clone(), &["--command-timeout", "300"]).await;
+    assert_eq!(poisoned.code, Some(0), "{}", poisoned.stderr);
+    assert!(
+        poisoned.result(0).1.contains("PLANTED-CODE-RAN"),
+        "the attack works: {:?}",
+        poisoned.result(0)
+    );
+
+    std::fs::write(project.file("reqs/base.txt"), "# nothing needed\n").unwrap();
+    let fixed = hostile(&project, turns.clone(), &["--command-timeout", "300"]).await;
+    assert_eq!(fixed.code, Some(0), "{}", fixed.stderr);
+    let (_, out, _) = fixed.result(0);
+    assert!(
+        out.contains("probe") && !out.contains("PLANTED-CODE-RAN"),
+        "the planted code ran after the fix: {out}\n{}",
+        fixed.stderr
+    );
+    assert!(
+        !notes(&fixed)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(&fixed)
+    );
+
+    let again = hostile(&project, turns.clone(), &["--command-timeout", "300"]).await;
+    assert!(
+        notes(&again)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(&again)
+    );
+    let refreshed = hostile(&project, turns, &["--refresh-setup", "--command-timeout", "300"]).await;
+    assert_eq!(refreshed.code, Some(0), "{}", refreshed.stderr);
+    assert!(
+        notes(&refreshed)
+            .iter()
+            .any(|n| n.starts_with("setup: --refresh-setup: the cache ")),
+        "{:?}",
+        notes(&refreshed)
+    );
+    assert!(
+        !notes(&refreshed)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache"))
+    );
+    remove_caches(&project).await;
 }

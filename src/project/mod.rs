@@ -15,6 +15,7 @@
 //!   `test_files` patterns;
 //! - and the test configuration, which is test code too: [`test_config`] lists it.
 
+pub mod cache_key;
 pub mod declared;
 pub mod defs;
 pub mod detect;

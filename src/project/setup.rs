@@ -16,30 +16,6 @@ pub const DEPS_DIR: &str = "/opt/agentbox-deps";
 /// The Python virtualenv setup creates.
 pub const VENV: &str = "/opt/agentbox-deps/venv";
 
-/// Manifests and lockfiles whose content decides a cache's key, per ecosystem.
-const KEY_FILES: &[(Ecosystem, &[&str])] = &[
-    (
-        Ecosystem::Python,
-        &[
-            "requirements.txt",
-            "requirements-dev.txt",
-            "requirements-test.txt",
-            "pyproject.toml",
-            "setup.py",
-            "setup.cfg",
-            "poetry.lock",
-            "uv.lock",
-            "Pipfile.lock",
-        ],
-    ),
-    (
-        Ecosystem::Node,
-        &["package.json", "package-lock.json", "npm-shrinkwrap.json"],
-    ),
-    (Ecosystem::Rust, &["Cargo.toml", "Cargo.lock"]),
-    (Ecosystem::Go, &["go.mod", "go.sum"]),
-];
-
 fn present(root: &Path, name: &str) -> bool {
     root.join(name).symlink_metadata().is_ok_and(|m| m.is_file())
 }
@@ -175,40 +151,11 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
     defaults(root, detection).commands
 }
 
-/// The cache key: the image, the sandbox user, the setup commands and the content of every
-/// manifest and lockfile at the root. Files are read as detection reads them (regular files,
-/// no link out of the project, bounded).
-pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String]) -> String {
-    cache_key_skipping(root, image, uid, commands, &[])
-}
+pub use super::cache_key::{cache_key, cache_key_skipping};
 
 /// The lockfile stable cargo writes into the project when it has none (`cargo fetch`): when
 /// setup wrote it, it is left out of the cache key (see [`cache_key_skipping`]).
 pub const CARGO_LOCK: &str = "Cargo.lock";
-
-/// The same key, with the files `skip` names left out (a lockfile setup itself wrote: with it
-/// the next run's key would differ from the one its cache was filled under).
-pub fn cache_key_skipping(root: &Path, image: &str, uid: u32, commands: &[String], skip: &[&str]) -> String {
-    let mut h = Sha256::new();
-    h.update(image.as_bytes());
-    h.update([0]);
-    h.update(uid.to_le_bytes());
-    for c in commands {
-        h.update(c.as_bytes());
-        h.update([0]);
-    }
-    for (_, files) in KEY_FILES {
-        for f in files.iter().filter(|f| !skip.contains(f)) {
-            if let Ok(data) = read_project_file(root, f) {
-                h.update(f.as_bytes());
-                h.update([0]);
-                h.update((data.len() as u64).to_le_bytes());
-                h.update(&data);
-            }
-        }
-    }
-    hex(&h.finalize())[..16].to_string()
-}
 
 /// The SHA-256 of a file at the project's root, read as [`cache_key`] reads it; `None` if it
 /// is not there (or not a regular file).
@@ -412,22 +359,32 @@ mod tests {
             cmds3.contains(&"cargo fetch".to_string()) && cmds3.contains(&"go mod download".to_string()),
             "{cmds3:?}"
         );
-        let k1 = cache_key(dir.path(), "img", 1000, &cmds);
-        assert_eq!(k1, cache_key(dir.path(), "img", 1000, &cmds));
+        let k1 = cache_key(dir.path(), "img", 1000, &cmds, false);
+        assert_eq!(k1, cache_key(dir.path(), "img", 1000, &cmds, false));
         std::fs::write(dir.path().join("requirements.txt"), "x==2\n").unwrap();
         assert_ne!(
             k1,
-            cache_key(dir.path(), "img", 1000, &cmds),
+            cache_key(dir.path(), "img", 1000, &cmds, false),
             "a lockfile changed"
         );
-        let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, &[CARGO_LOCK]);
+        for code in [false, true] {
+            let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
+            let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]);
+            std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
+            assert_eq!(
+                without,
+                cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]),
+                "a skipped file does not count (every file: {code})"
+            );
+            assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds, code));
+            let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
+            assert_eq!(
+                without,
+                cache_key(dir.path(), "img", 1000, &cmds, code),
+                "skipped is as if absent: the key the cache was filled under"
+            );
+        }
         std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
-        assert_eq!(
-            without,
-            cache_key_skipping(dir.path(), "img", 1000, &cmds, &[CARGO_LOCK]),
-            "a skipped file does not count"
-        );
-        assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds));
         assert_eq!(file_digest(dir.path(), CARGO_LOCK).map(|d| d.len()), Some(64));
         assert_eq!(file_digest(dir.path(), "missing"), None);
     }

@@ -9,6 +9,7 @@
 //! issue). `auto` runs the loop on what repair leaves, with the candidates' test output.
 
 pub mod blocks;
+pub mod focus;
 pub mod localise;
 pub mod reply;
 
@@ -395,7 +396,10 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         from: None,
     };
     let mut number = 0;
-    let record = |j: Judged, judged: &mut Vec<Judged>| {
+    // Each candidate's failing test, when its prompt was about one (`focus`).
+    let focused: std::sync::Mutex<std::collections::HashMap<u32, String>> = Default::default();
+    let record = |mut j: Judged, judged: &mut Vec<Judged>| {
+        j.report.focus = focused.lock().ok().and_then(|m| m.get(&j.report.number).cloned());
         events.emit(&Event::Candidate { candidate: &j.report });
         judged.push(j);
     };
@@ -414,6 +418,15 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
             )),
             _ => None,
         };
+        // The round's failing tests, in the output's order: candidates after the first are
+        // each about one of them (see `focus`), at temperature 0 while there are tests left to
+        // ask about, then at the retry temperature.
+        let failing_tests = view
+            .tally
+            .as_ref()
+            .filter(|t| !t.broken)
+            .map(|t| focus::in_output_order(&view.failing, &t.failing))
+            .unwrap_or_default();
         let request = Request {
             system: system.clone(),
             messages: vec![Message::user_text(prompt(
@@ -421,6 +434,7 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
                 &view,
                 reply_format,
                 progress_note.as_deref(),
+                None,
             ))],
             tools: tools.clone(),
             tool_choice,
@@ -437,21 +451,42 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
                 break;
             }
             number += 1;
-            let temperature = if k == 1 {
+            let on = (k >= 2 && !failing_tests.is_empty())
+                .then(|| failing_tests[(k as usize - 2) % failing_tests.len()].clone());
+            let temperature = if k == 1 || on.is_some() && (k as usize - 2) < failing_tests.len() {
                 0.0
             } else {
                 settings.aids.retry_temperature
             };
-            let request = Request {
-                temperature: Some(temperature),
-                ..request.clone()
+            let request = match &on {
+                Some(test) => {
+                    if let Ok(mut m) = focused.lock() {
+                        m.insert(number, test.clone());
+                    }
+                    Request {
+                        temperature: Some(temperature),
+                        messages: vec![Message::user_text(prompt(
+                            task,
+                            &view,
+                            reply_format,
+                            progress_note.as_deref(),
+                            Some(test),
+                        ))],
+                        ..request.clone()
+                    }
+                }
+                None => Request {
+                    temperature: Some(temperature),
+                    ..request.clone()
+                },
             };
             // A line per candidate before its wait (20-60 s for the local model on 2 cores), so
             // that the screen says what is going on even where no spinner is drawn.
             events.emit(&Event::Note {
                 message: format!(
-                    "repair: round {round}, candidate {number}: asking the model (temperature {temperature}, \
+                    "repair: round {round}, candidate {number}: asking the model{} (temperature {temperature}, \
                      at most {} tokens)",
+                    on.as_ref().map(|t| format!(" about {t}")).unwrap_or_default(),
                     request.max_tokens
                 ),
             });
@@ -654,7 +689,16 @@ fn reply_limit(loc: &localise::Localised, planned: u32, max_tokens: u32) -> u32 
 
 /// The prompt: the task, the failing output, the tests (read-only), the sources to rewrite;
 /// in a later round, first what the round before fixed (`progress`).
-fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply, progress: Option<&str>) -> String {
+/// With `focus`, a paragraph about that one failing test comes last before the reply's form:
+/// the rest of the prompt is the round's first candidate's, a prefix the model's server can
+/// keep in its cache.
+fn prompt(
+    task: &str,
+    loc: &localise::Localised,
+    reply: RepairReply,
+    progress: Option<&str>,
+    focus: Option<&str>,
+) -> String {
     let mut s = match progress {
         Some(p) => format!(
             "{task}\n\n{p}\n\nThe tests that still fail:\n{}\n",
@@ -682,6 +726,9 @@ fn prompt(task: &str, loc: &localise::Localised, reply: RepairReply, progress: O
             "\nOther source files, not shown: {}\n",
             loc.left_out.join(", ")
         ));
+    }
+    if let Some(test) = focus {
+        s.push_str(&focus::paragraph(loc, test));
     }
     s.push_str(match reply {
         RepairReply::Text => {

@@ -139,9 +139,11 @@ impl ExecOutput {
     /// One line a human or a model can act on, e.g. "exit 137: killed: out of memory".
     pub fn status_line(&self) -> String {
         if self.timed_out {
+            // Whole seconds, rounded down: killing takes a moment after the limit, and a
+            // loaded machine made "1.6s" read as "2s" for a 1 s limit.
             format!(
-                "timed out after {:.0}s: the command and everything it started were killed",
-                self.elapsed.as_secs_f64()
+                "timed out after {}s: the command and everything it started were killed",
+                self.elapsed.as_secs()
             )
         } else if self.oom_killed && self.signal == Some(libc::SIGKILL) {
             format!(

@@ -4,8 +4,8 @@
 //!
 //! The setup container has the same policy, uid and limits as the agent's; what differs is the
 //! proxy's socket (forwarded on its loopback by the executor), the proxy variables, and the
-//! cache volume mounted writable. A cache whose key (image, uid, commands, the root manifests
-//! and lockfiles) matches a committed one skips the phase: nothing is downloaded again.
+//! cache volume mounted writable. A cache whose key (image, uid, commands, and what setup reads:
+//! see `project::cache_key`) matches a committed one skips the phase: nothing is downloaded again.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -41,6 +41,8 @@ pub enum SetupError {
     Trust(#[from] super::trust::TrustError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    #[error("--refresh-setup: the cache {0} cannot be removed: a run is using it (try again when it ends)")]
+    InUse(String),
     #[error("cannot start the egress proxy: {0}")]
     Proxy(std::io::Error),
     #[error(
@@ -139,6 +141,9 @@ pub async fn run(
         .ecosystems
         .iter()
         .any(|(e, _)| *e == crate::project::Ecosystem::Python);
+    // Given commands may read anything in the project; so may a default that runs the
+    // project's own build code. Either way the cache key then digests the whole project.
+    let mut runs_project_code = !setup.commands.is_empty();
     let mut commands: Vec<String> = if setup.disabled {
         Vec::new()
     } else if !setup.commands.is_empty() {
@@ -148,6 +153,7 @@ pub async fn run(
         for line in &defaults.notes {
             note(events, format!("setup: {line}"));
         }
+        runs_project_code = defaults.runs_project_code;
         defaults.commands.into_iter().map(|(_, c)| c).collect()
     };
     // The venv comes first, so every command (a default or `--setup`'s `pip install ...`)
@@ -218,25 +224,46 @@ pub async fn run(
         .await?;
         let owner = crate::sandbox::inspect_project(project)?;
         let prefix = format!("agentbox-cache-{}", plan::project_key(project));
+        let key_of = |skip: &'static [&'static str]| {
+            let (root, image, uid, commands) = (
+                project.to_path_buf(),
+                cfg.image.clone(),
+                owner.uid,
+                commands.clone(),
+            );
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    plan::cache_key_skipping(&root, &image, uid, &commands, runs_project_code, skip)
+                })
+                .await
+                // A key computation that panicked matches no cache: setup runs.
+                .unwrap_or_else(|_| uuid::Uuid::new_v4().simple().to_string()[..16].to_string())
+            }
+        };
+        let mut name = format!("{prefix}-{}", key_of(&[]).await);
         // A Cargo.lock an earlier setup wrote (stable cargo cannot put it elsewhere) is not the
         // user's: the cache filled without it still fits while the file is as setup left it.
         let lock = plan::file_digest(project, plan::CARGO_LOCK);
-        let mut name = format!(
-            "{prefix}-{}",
-            plan::cache_key(project, &cfg.image, owner.uid, &commands)
-        );
         let mut lock_from_setup = false;
-        if lock.is_some() {
-            let without = format!(
-                "{prefix}-{}",
-                plan::cache_key_skipping(project, &cfg.image, owner.uid, &commands, &[plan::CARGO_LOCK])
-            );
+        if lock.is_some() && !setup.refresh {
+            let without = format!("{prefix}-{}", key_of(&[plan::CARGO_LOCK]).await);
             if caches::state(&docker, &without).await? == CacheState::Ready
                 && caches::committed_label(&docker, &without, GENERATED_LOCK_LABEL).await == lock
             {
                 name = without;
                 lock_from_setup = true;
             }
+        }
+        if setup.refresh {
+            // The marker first: a cache without it is never trusted, whatever happens next.
+            let marker = format!("{name}-ok");
+            if !caches::remove(&docker, &marker).await || !caches::remove(&docker, &name).await {
+                return Err(SetupError::InUse(name));
+            }
+            note(
+                events,
+                format!("setup: --refresh-setup: the cache {name} is filled again"),
+            );
         }
         let labels = HashMap::from([
             (CACHE_LABEL.to_string(), project.display().to_string()),
