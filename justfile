@@ -69,3 +69,20 @@ test-llm: image
         --strategy "${AGENTBOX_STRATEGIES:-loop,repair,auto}" \
         --attempts "${AGENTBOX_ATTEMPTS:-1}" --jobs 1 --out eval-results/local-model --force >/dev/null || true
     cat eval-results/local-model/summary.md
+
+# Each fuzz target (fuzz/fuzz_targets) for SECS seconds, one after another, one process each
+# (libFuzzer through cargo-fuzz, no sanitizer, so the stable toolchain does): `just fuzz`,
+# `just fuzz 300`, `just fuzz 60 http_head`. New inputs go to fuzz/corpus/TARGET; a crash stops
+# here with its input under fuzz/artifacts/TARGET (keep it in fuzz/regressions/TARGET).
+fuzz secs="60" *targets:
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    for t in {{ if targets == "" { "$(cargo fuzz list)" } else { targets } }}; do \
+        mkdir -p "fuzz/corpus/$t" "fuzz/regressions/$t"; \
+        echo "== $t ({{secs}} s)"; \
+        cargo fuzz run --sanitizer none "$t" "fuzz/corpus/$t" "fuzz/regressions/$t" -- \
+            -max_total_time={{secs}} -max_len=65536 -print_final_stats=1 2>&1 | grep -v '^#[0-9]*\s*\(NEW\|REDUCE\) '; \
+    done
+
+# Shrink the saved corpora to the inputs that add coverage (before committing them).
+fuzz-cmin:
+    for t in $(cargo fuzz list); do cargo fuzz cmin --sanitizer none "$t" "fuzz/corpus/$t"; done

@@ -14,6 +14,10 @@ pub mod config_file;
 pub mod egress;
 pub mod eval;
 pub mod events;
+/// The fuzz targets' door to the parsers of hostile bytes (`fuzz/`; not public API).
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod image;
 pub mod isolate;
 pub mod mcp;

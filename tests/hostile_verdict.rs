@@ -146,8 +146,10 @@ async fn protect_tests_refuses_every_kind_of_test_configuration() {
     let make = "test:\n\tpython3 -m pytest -q -p no:cacheprovider\n";
     let pkg = r#"{"name": "web", "version": "1.0.0", "scripts": {"test": "node --test"}}"#;
     let cargo = "[package]\nname = \"x\"\nversion = \"0.1.0\"\n";
-    let pyproject =
-        "[project]\nname = \"counter\"\nversion = \"1\"\n\n[tool.pytest.ini_options]\ntestpaths = [\".\"]\n";
+    // A package pip can install (setup installs it, editable): one module, named, since
+    // setuptools refuses to guess among the top-level directories the other ecosystems add.
+    let pyproject = "[project]\nname = \"counter\"\nversion = \"1\"\n\n[tool.setuptools]\npy-modules = [\"counter\"]\n\n\
+                     [tool.pytest.ini_options]\ntestpaths = [\".\"]\n";
     let p = counter(&[
         ("pyproject.toml", pyproject),
         ("setup.cfg", "[metadata]\nname = counter\n"),

@@ -917,6 +917,46 @@ async fn a_rust_crate_gets_its_registry_from_the_images_cargo_and_keeps_its_cach
     }
 }
 
+/// A setup command that leaves a daemon holding its output: the command ends when its own
+/// process does (the daemon is swept, as after an agent's command), not at --setup-timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setup_command_whose_daemon_holds_its_output_ends_with_its_main_process() {
+    let project = Project::new(&[("a.py", "x = 1\n")]);
+    let run = hostile(
+        &project,
+        json!([done("Nothing to do.")]),
+        &[
+            "--setup",
+            "echo starting; (sleep 600 &); echo daemon-started",
+            "--setup",
+            "echo second-command; exit 5",
+            "--setup-timeout",
+            "150",
+        ],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("--setup-timeout"),
+        "the first command waited for its daemon: {}",
+        run.stderr
+    );
+    // The second command ran, and its own output and status are what the error says.
+    assert!(
+        run.stderr
+            .contains("setup failed: `echo second-command; exit 5` ended with exit 5"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("second-command"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("daemon-started"),
+        "the first command's output was shown: {}",
+        run.stderr
+    );
+    assert!(caches_of(&project).await.is_empty());
+}
+
 /// Hostile: a `.pth` planted through an included requirements file (`-r reqs/base.txt` names a
 /// local package that ships one). The user fixes the include; the next run must not reuse the
 /// poisoned venv (the key once hashed only the root manifests). `--refresh-setup` fills a
@@ -986,4 +1026,35 @@ async fn a_fixed_include_is_not_served_from_the_poisoned_cache() {
             .any(|n| n.contains("dependencies from the cache"))
     );
     remove_caches(&project).await;
+}
+
+/// `npm test`'s programs are devDependencies; without them (here `--no-setup`) the run stops
+/// before any model request, naming each, instead of the model meeting `sh: xo: not found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_scripts_missing_programs_stop_the_run_before_the_model() {
+    let project = Project::new(&[
+        (
+            "package.json",
+            r#"{"name": "x", "version": "1.0.0", "scripts": {"test": "agentbox-absent-lint && NODE_ENV=test agentbox-absent-cov node test.js"},
+               "devDependencies": {"agentbox-absent-lint": "1", "agentbox-absent-cov": "1"}}"#,
+        ),
+        ("test.js", "console.log('ok')\n"),
+    ]);
+    let tag = agentbox::image::KnownImage::by_name("node").unwrap().tag;
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--no-setup", "--image", tag],
+    )
+    .await;
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "`npm test` (package.json's test script) runs agentbox-absent-lint, agentbox-absent-cov, found \
+             neither in node_modules/.bin nor in the sandbox image"
+        ) && run.stderr.contains("No model request was made"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.steps(), 0, "no model request");
 }

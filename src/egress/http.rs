@@ -61,6 +61,11 @@ pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
     if head.split("\r\n").any(|l| l.contains(['\r', '\n'])) {
         return Err("a bare CR or LF in the request head".into());
     }
+    // A server may split the request line on any whitespace (RFC 9112 §3), so a tab inside the
+    // URI would make it read another target than the one checked here.
+    if first.contains('\t') {
+        return Err("a tab in the request line".into());
+    }
     let mut parts = first.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -360,6 +365,20 @@ mod tests {
     fn forward(head: &str) -> (String, BodyLength) {
         let f = parse_head(head).unwrap().forward.unwrap();
         (String::from_utf8(f.head).unwrap(), f.body)
+    }
+
+    /// Found by the `http_head` fuzz target (fuzz/regressions/http_head): a tab in the URI went
+    /// upstream inside the request line, where a server splitting on whitespace reads another
+    /// target.
+    #[test]
+    fn a_tab_in_the_request_line_is_refused() {
+        assert_eq!(
+            parse_head("GET http://p.example/a/\t?1 HTTP/1.1\r\nHost: p.example"),
+            Err("a tab in the request line".into())
+        );
+        assert!(parse_head("CONNECT p.example:443\tHTTP/1.1 HTTP/1.1").is_err());
+        // In a header value a tab is whitespace, as everywhere.
+        assert!(parse_head("GET http://p.example/ HTTP/1.1\r\nAccept:\t*/*").is_ok());
     }
 
     #[test]

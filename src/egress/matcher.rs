@@ -46,7 +46,7 @@ pub struct RuleError {
     pub why: &'static str,
 }
 
-/// Lower case, one trailing dot removed; `None` if not a plausible DNS name.
+/// Lower case, one trailing dot removed; `None` if not a plausible DNS name (or an IP address).
 pub fn normalize_name(name: &str) -> Option<String> {
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     let ok = !name.is_empty()
@@ -58,7 +58,9 @@ pub fn normalize_name(name: &str) -> Option<String> {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         });
-    ok.then_some(name)
+    // An address with a trailing dot is no name: shown without the dot it would read as the
+    // address, and a resolver might take it for one.
+    (ok && name.parse::<IpAddr>().is_err()).then_some(name)
 }
 
 /// An IP literal as a URL or CONNECT target writes it: `10.0.0.1`, `::1`, `[::1]`.
@@ -303,6 +305,22 @@ impl Allowlist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `allowlist` fuzz target (fuzz/regressions/allowlist): `10.0.10.0.` was taken
+    /// as a host *name* and shown as `10.0.10.0`, which reads as an address rule.
+    #[test]
+    fn an_address_with_a_trailing_dot_is_no_host_name() {
+        assert_eq!(normalize_name("10.0.10.0."), None);
+        assert_eq!(normalize_name("::1."), None);
+        assert!("10.0.10.0.".parse::<Rule>().is_err());
+        assert!("10.0.10.0.:8080".parse::<Rule>().is_err());
+        assert_eq!(Target::parse("10.0.10.0."), None);
+        // A name that only looks numeric in part is still a name.
+        assert_eq!(
+            normalize_name("10.0.10.0.example."),
+            Some("10.0.10.0.example".into())
+        );
+    }
 
     fn list(rules: &[&str]) -> Allowlist {
         Allowlist::parse(rules).unwrap()

@@ -52,15 +52,21 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<f64>().ok())
     {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+        return Some(seconds(ms / 1000.0));
     }
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return Some(Duration::from_secs_f64(secs.max(0.0)));
+        return Some(seconds(secs));
     }
     // A date in the past means now.
     let when = httpdate::parse_http_date(value).ok()?;
     Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// A number of seconds a server asked for: negative (or NaN) is now; more than a `Duration`
+/// holds (or infinite) is the longest wait, which the policy's `max_wait` caps.
+fn seconds(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 /// An HTTP date (IMF-fixdate, and the obsolete RFC 850 and asctime forms a server may still
@@ -299,6 +305,25 @@ mod tests {
             wait > Duration::from_secs(28) && wait <= Duration::from_secs(30),
             "{wait:?}"
         );
+    }
+
+    /// Found by the `model_reply` fuzz target (fuzz/regressions/model_reply): a number past what
+    /// a `Duration` holds panicked in `Duration::from_secs_f64`.
+    #[test]
+    fn a_retry_after_too_long_for_a_duration_is_the_longest_wait_not_a_panic() {
+        for (name, value) in [
+            ("retry-after", "777777777777777777777777"),
+            ("retry-after", "1e400"),
+            ("retry-after", "inf"),
+            ("retry-after-ms", "1e30"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            assert_eq!(retry_after(&h), Some(Duration::MAX), "{name}: {value}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("NaN"));
+        assert_eq!(retry_after(&h), Some(Duration::ZERO));
     }
 
     #[test]

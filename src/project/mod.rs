@@ -20,6 +20,7 @@ pub mod declared;
 pub mod defs;
 pub mod detect;
 pub mod ini;
+pub mod node;
 pub mod python;
 pub mod results;
 pub mod rust;

@@ -328,6 +328,16 @@ mod tests {
             "{cmds:?}"
         );
         assert!(cmds.contains(&"npm ci".to_string()), "{cmds:?}");
+        let (_only_dev, dev_root) = crate::project::detect::project(&[(
+            "package.json",
+            r#"{"devDependencies": {"left-pad": "1"}, "scripts": {"test": "x"}}"#,
+        )]);
+        let d = crate::project::detect(&dev_root);
+        assert_eq!(
+            default_commands(&dev_root, &d),
+            [(Ecosystem::Node, "npm install".to_string())],
+            "devDependencies count"
+        );
         std::fs::write(
             dir.path().join("Cargo.toml"),
             "[package]\nname = \"x\"\n[dependencies]\n",

@@ -10,8 +10,9 @@
 //!    before the program check.
 //! 3. [`Step::Sandbox`]: the agent's sandbox starts, its image present or built.
 //! 4. [`Step::TestPrograms`]: each test command's program exists in the sandbox (`command -v
-//!    cargo`; for `python3 -m pytest` the module). Otherwise the run stops with exit 2, naming
-//!    the image, the program and the fix, without a model request.
+//!    cargo`; for `python3 -m pytest` the module; for a detected `npm test`, the programs its
+//!    script starts, in `node_modules/.bin` or the image). Otherwise the run stops with exit 2,
+//!    naming the image, the programs and the fix, without a model request.
 //! 5. [`Step::TestsBefore`]: the tests run once (see `before`): their counts for the report
 //!    and the verdict; when they cannot start for want of a dependency the project declares,
 //!    the run stops with exit 2, naming it and how to install it.
@@ -100,6 +101,7 @@ fn image_with(program: &str) -> Option<String> {
 /// sandbox failed.
 pub async fn test_programs(
     sandbox: &dyn Sandbox,
+    project: &std::path::Path,
     commands: &[TestCommand],
     given: bool,
     image: &str,
@@ -107,7 +109,26 @@ pub async fn test_programs(
 ) -> Result<(), Result<UsageError, SandboxError>> {
     let mut missing = Vec::new();
     let mut checked = Vec::new();
+    let mut script_missing: Vec<String> = Vec::new();
     for c in commands {
+        // `npm test` runs its script's programs: each from node_modules/.bin (what setup
+        // installed) or the image.
+        if c.command == "npm test"
+            && !given
+            && let Ok(data) = crate::project::detect::read_project_file(project, "package.json")
+        {
+            for program in crate::project::node::test_programs(&data) {
+                let check =
+                    format!("[ -x node_modules/.bin/{program} ] || command -v {program} >/dev/null 2>&1");
+                let out = sandbox
+                    .exec(ExecRequest::argv(["sh", "-c", check.as_str()], CHECK_TIMEOUT).capture(1024, 1024))
+                    .await
+                    .map_err(Err)?;
+                if !out.success() {
+                    script_missing.push(program);
+                }
+            }
+        }
         let Some((program, check)) = program_check(&c.command) else {
             continue;
         };
@@ -120,6 +141,17 @@ pub async fn test_programs(
         } else {
             missing.push((program, c));
         }
+    }
+    if missing.is_empty() && !script_missing.is_empty() {
+        let message = format!(
+            "`npm test` (package.json's test script) runs {}, found neither in node_modules/.bin nor in \
+             the sandbox image {image}. They are the project's devDependencies: setup installs them \
+             (npm ci, or npm install without a lockfile) unless --no-setup is given; or give a test \
+             command this image can run (--test-cmd CMD). No model request was made.",
+            script_missing.join(", ")
+        );
+        report(events, Step::TestPrograms, Err(message.clone()));
+        return Err(Ok(UsageError(message)));
     }
     if missing.is_empty() {
         report(

@@ -185,6 +185,7 @@ impl Session {
         let (sandbox, isolation) = opened?;
         if let Err(e) = preflight::test_programs(
             &sandbox,
+            project,
             &plan.tests,
             plan.tests_given,
             &plan.image.image,

@@ -505,9 +505,17 @@ async fn run_commands(
         note(events, format!("setup: running `{command}`"));
         let seen = proxy.decisions().len();
         let follower = follow_output(sandbox, events).await;
-        // The output also goes to a file the follower streams from; the command's own status
-        // is the verdict (not tee's, which a full disk could fail).
-        let wrapped = format!("{{ {command}\n}} 2>&1 | tee -a {SETUP_LOG}; exit \"${{PIPESTATUS[0]}}\"");
+        // The output goes to a file the follower streams from, and is printed from it once the
+        // command is done (for the verdict's capture). Not through a pipe to `tee`: a daemon
+        // the command leaves holding the pipe would keep tee, and so the command, running
+        // until --setup-timeout. Like an agent's command, this one ends when its own process
+        // does, and the executor's sweep then ends whatever it left behind. A subshell, so
+        // that an `exit` in the command still leaves its output printed; its status is the
+        // verdict.
+        let wrapped = format!(
+            "o=$(stat -c %s {SETUP_LOG} 2>/dev/null || echo 0)\n( {command}\n) >> {SETUP_LOG} 2>&1\n\
+             s=$?\ntail -c +$((o + 1)) {SETUP_LOG}\nexit $s"
+        );
         let mut req =
             ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
         req.env = env.clone();
