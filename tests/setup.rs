@@ -671,7 +671,7 @@ async fn setup_trusts_what_the_host_trusts_and_says_what_to_do_when_it_does_not(
             && untrusted
                 .stderr
                 .contains("give its CA certificate with --ca-cert FILE")
-            && untrusted.stderr.contains("`agentbox doctor` checks TLS"),
+            && untrusted.stderr.contains("or set SSL_CERT_FILE to the bundle"),
         "{}",
         untrusted.stderr
     );
