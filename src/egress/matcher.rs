@@ -159,6 +159,13 @@ impl fmt::Display for Rule {
             HostPattern::Suffix(s) => format!("*.{s}"),
             HostPattern::Ip(IpAddr::V6(ip)) if self.port.is_some() => format!("[{ip}]"),
             HostPattern::Ip(ip) => ip.to_string(),
+            // A v6 range with a port is bracketed, as it is written, or it would not parse back.
+            HostPattern::Cidr {
+                net: IpAddr::V6(net),
+                prefix,
+            } if self.port.is_some() => {
+                format!("[{net}/{prefix}]")
+            }
             HostPattern::Cidr { net, prefix } => format!("{net}/{prefix}"),
         };
         match self.port {
@@ -408,9 +415,11 @@ mod tests {
             ("[::1]:3000", "[::1]:3000"),
             ("::1", "::1"),
             ("10.1.2.3/8", "10.0.0.0/8"),
-            ("[fd00::/8]:443", "fd00::/8:443"),
+            ("[fd00::/8]:443", "[fd00::/8]:443"),
         ] {
             assert_eq!(text.parse::<Rule>().unwrap().to_string(), shown, "{text}");
+            // What is shown parses back to the same rule.
+            assert_eq!(shown.parse::<Rule>().unwrap().to_string(), shown, "{shown}");
         }
         for bad in [
             "",
