@@ -735,6 +735,188 @@ async fn setup_trusts_what_the_host_trusts_and_says_what_to_do_when_it_does_not(
     assert!(caches_of(&project).await.is_empty());
 }
 
+/// An image whose cargo uses a mirror of its default registry (`/.cargo/config.toml`, the
+/// image's own configuration, as a company image would have), built here on top of the rust
+/// image; removed when dropped.
+struct MirrorImage {
+    tag: String,
+}
+
+impl MirrorImage {
+    async fn build(index: &str) -> MirrorImage {
+        use bollard::query_parameters::BuildImageOptionsBuilder;
+        use futures_util::StreamExt;
+        let docker = docker().await;
+        let base = agentbox::image::KnownImage::by_name("rust").unwrap().tag;
+        let tag = format!("agentbox-test/rust-mirror:{}", std::process::id());
+        let config = format!(
+            "[source.crates-io]\nreplace-with = \"mirror\"\n\n[source.mirror]\nregistry = \"sparse+{index}\"\n"
+        );
+        let dockerfile = format!("FROM {base}\nCOPY config.toml /.cargo/config.toml\n");
+        let mut tar = tar::Builder::new(Vec::new());
+        for (name, data) in [("Dockerfile", &dockerfile), ("config.toml", &config)] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            tar.append_data(&mut header, name, data.as_bytes()).unwrap();
+        }
+        let body = bollard::body_full(tar.into_inner().unwrap().into());
+        let opts = BuildImageOptionsBuilder::default()
+            .dockerfile("Dockerfile")
+            .t(&tag)
+            .rm(true)
+            .build();
+        let mut stream = docker.build_image(opts, None, Some(body));
+        while let Some(item) = stream.next().await {
+            let info = item.expect("build");
+            assert!(info.error_detail.is_none(), "{:?}", info.error_detail);
+        }
+        MirrorImage { tag }
+    }
+}
+
+impl Drop for MirrorImage {
+    fn drop(&mut self) {
+        let tag = self.tag.clone();
+        let _ = std::process::Command::new("docker")
+            .args(["image", "rm", "-f", &tag])
+            .output();
+    }
+}
+
+/// Rust like CI: a crate with a registry dev-dependency and no Cargo.lock, and no flag naming
+/// a host. Setup learns the registry from the image's cargo (a probe from an empty directory
+/// with an empty CARGO_HOME: the index it asks for; the download host from the index's
+/// config.json, here another server), fetches through the proxy, and the tests pass offline.
+/// The Cargo.lock cargo wrote is said in the report, is not one of the run's changes, and does
+/// not change the cache key: the second run is served from the cache, downloading nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_crate_gets_its_registry_from_the_images_cargo_and_keeps_its_cache() {
+    let (package, index_path, line) = support::upstream::crate_package(
+        "agentbox-fixture",
+        "1.0.0",
+        "pub const VALUE: &str = \"from the loopback registry\";\n",
+    );
+    let files = Upstream::https(
+        std::collections::HashMap::from([(
+            "/dl/agentbox-fixture-1.0.0.crate".to_string(),
+            support::upstream::Body::Bytes(package),
+        )]),
+        "localhost",
+    )
+    .await;
+    let dl = format!(
+        "https://127.0.0.1:{}/dl/{{crate}}-{{version}}.crate",
+        files.addr.port()
+    );
+    let index = Upstream::https(
+        std::collections::HashMap::from([
+            (
+                "/config.json".to_string(),
+                support::upstream::Body::Bytes(json!({ "dl": dl }).to_string().into_bytes()),
+            ),
+            (
+                index_path,
+                support::upstream::Body::Bytes(format!("{line}\n").into_bytes()),
+            ),
+        ]),
+        "localhost",
+    )
+    .await;
+    let image = MirrorImage::build(&format!("https://127.0.0.1:{}/", index.addr.port())).await;
+    let cas = tempfile::tempdir().unwrap();
+    let (index_ca, files_ca) = (cas.path().join("index.pem"), cas.path().join("files.pem"));
+    std::fs::write(&index_ca, index.ca_pem.as_deref().unwrap()).unwrap();
+    std::fs::write(&files_ca, files.ca_pem.as_deref().unwrap()).unwrap();
+    let project = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"uses-fixture\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dev-dependencies]\nagentbox-fixture = \"1\"\n",
+        ),
+        (
+            "src/lib.rs",
+            "#[cfg(test)]\nmod tests {\n    #[test]\n    fn value() {\n        assert_eq!(agentbox_fixture::VALUE, \"from the loopback registry\");\n    }\n}\n",
+        ),
+    ]);
+    let (index_ca, files_ca) = (index_ca.display().to_string(), files_ca.display().to_string());
+    let args = [
+        "--image",
+        image.tag.as_str(),
+        "--ca-cert",
+        index_ca.as_str(),
+        "--ca-cert",
+        files_ca.as_str(),
+        "--command-timeout",
+        "600",
+    ];
+    let t0 = Instant::now();
+    let cold = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    let cold_secs = t0.elapsed().as_secs_f64();
+    assert_eq!(cold.code, Some(0), "{}", cold.stderr);
+    let learned = format!(
+        "setup: cargo's registry (asked of the image's cargo): 127.0.0.1:{}, 127.0.0.1:{}",
+        index.addr.port(),
+        files.addr.port()
+    );
+    assert!(notes(&cold).contains(&learned), "{:?}", notes(&cold));
+    assert!(
+        files.count() >= 1 && index.count() >= 2,
+        "config.json, the index, the package"
+    );
+    let report = cold.report.as_ref().unwrap();
+    let egress = report["egress"].as_array().unwrap();
+    assert!(
+        egress.iter().all(|d| d["allowed"] == json!(true)),
+        "the probe's own refusal is not the setup's: {egress:?}"
+    );
+    assert!(project.file("Cargo.lock").exists(), "cargo fetch wrote it");
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("Cargo.lock: written into the project by setup")),
+        "{warnings:?}"
+    );
+    assert!(
+        report["changed_files"].as_array().unwrap().is_empty(),
+        "{:?}",
+        report["changed_files"]
+    );
+    let requests = (index.count(), files.count());
+
+    let t1 = Instant::now();
+    let warm = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    let warm_secs = t1.elapsed().as_secs_f64();
+    assert_eq!(warm.code, Some(0), "{}", warm.stderr);
+    assert!(
+        notes(&warm)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "the lockfile setup wrote does not change the key: {:?}",
+        notes(&warm)
+    );
+    assert_eq!((index.count(), files.count()), requests, "nothing downloaded");
+    assert!(warm.report.as_ref().unwrap().get("egress").is_none());
+    assert!(
+        warm.report.as_ref().unwrap()["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w
+                .as_str()
+                .unwrap()
+                .starts_with("Cargo.lock: written into the project by setup")),
+        "said again when it comes from the cache"
+    );
+    eprintln!("rust fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s");
+    let docker = docker().await;
+    for name in caches_of(&project).await {
+        agentbox::sandbox::caches::remove(&docker, &name).await;
+    }
+}
+
 /// A setup command that leaves a daemon holding its output: the command ends when its own
 /// process does (the daemon is swept, as after an agent's command), not at --setup-timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

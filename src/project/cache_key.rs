@@ -113,6 +113,13 @@ fn walk(root: &Path) -> Option<Vec<String>> {
     Some(out)
 }
 
+fn absent(h: &mut Sha256, rel: &str) {
+    h.update(rel.as_bytes());
+    h.update([0]);
+    h.update(b"absent");
+    h.update([0]);
+}
+
 fn add_file(h: &mut Sha256, root: &Path, rel: &str) {
     h.update(rel.as_bytes());
     h.update([0]);
@@ -211,6 +218,20 @@ pub fn requirement_closure(root: &Path) -> (Vec<String>, bool) {
 /// The cache key (see the module's documentation). `runs_project_code`: setup runs code of
 /// the project (given commands, a package installed from the checkout, npm's scripts).
 pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String], runs_project_code: bool) -> String {
+    cache_key_skipping(root, image, uid, commands, runs_project_code, &[])
+}
+
+/// The same key with the files `skip` names (paths from the root) left out: a lockfile setup
+/// itself wrote, with which the next run's key would differ from the one its cache was filled
+/// under.
+pub fn cache_key_skipping(
+    root: &Path,
+    image: &str,
+    uid: u32,
+    commands: &[String],
+    runs_project_code: bool,
+    skip: &[&str],
+) -> String {
     let mut h = Sha256::new();
     for part in [RULES, image] {
         h.update(part.as_bytes());
@@ -222,7 +243,12 @@ pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String], runs_p
         h.update([0]);
     }
     for f in ROOT_FILES {
-        add_file(&mut h, root, f);
+        if skip.contains(f) {
+            // As if it were not there: the key it had before setup wrote it.
+            absent(&mut h, f);
+        } else {
+            add_file(&mut h, root, f);
+        }
     }
     let (requirements, local) = requirement_closure(root);
     for f in &requirements {
@@ -234,7 +260,7 @@ pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String], runs_p
             h.update(b"every file\0");
             for f in files {
                 let name = f.rsplit('/').next().unwrap_or(f);
-                if !build_output(name) {
+                if !build_output(name) && !skip.contains(&f.as_str()) {
                     add_file(&mut h, root, f);
                 }
             }

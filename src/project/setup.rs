@@ -151,7 +151,19 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
     defaults(root, detection).commands
 }
 
-pub use super::cache_key::cache_key;
+pub use super::cache_key::{cache_key, cache_key_skipping};
+
+/// The lockfile stable cargo writes into the project when it has none (`cargo fetch`): when
+/// setup wrote it, it is left out of the cache key (see [`cache_key_skipping`]).
+pub const CARGO_LOCK: &str = "Cargo.lock";
+
+/// The SHA-256 of a file at the project's root, read as [`cache_key`] reads it; `None` if it
+/// is not there (or not a regular file).
+pub fn file_digest(root: &Path, name: &str) -> Option<String> {
+    read_project_file(root, name)
+        .ok()
+        .map(|d| hex(&Sha256::digest(&d)))
+}
 
 /// A short digest of the project's path: which project a cache belongs to.
 pub fn project_key(root: &Path) -> String {
@@ -208,10 +220,28 @@ pub fn registry_question(eco: Ecosystem) -> Option<&'static str> {
         Ecosystem::Node => Some("npm config get registry"),
         // The sandbox's own GOPROXY=off is not the image's default: ask without it.
         Ecosystem::Go => Some("env -u GOPROXY -u GOSUMDB -u GOFLAGS go env GOPROXY GOSUMDB"),
-        // Cargo has no stable way to print its default registry: allow it with --allow-host.
+        // Cargo has no stable way to print its default registry: setup probes for it (see
+        // `cargo_probe`).
         Ecosystem::Rust => None,
     }
 }
+
+/// A shell script that makes cargo ask its default registry for a package, from an empty
+/// directory with an empty `CARGO_HOME` (so neither the project's nor a cache's configuration
+/// counts, only the image's cargo and its environment), with the proxy allowing nothing: the
+/// host it asks the proxy for is the index's. It fails; that is expected.
+pub fn cargo_probe() -> &'static str {
+    "d=$(mktemp -d) && mkdir -p \"$d/home\" \"$d/probe/src\" && cd \"$d/probe\" && \
+     printf '[package]\\nname = \"agentbox-probe\"\\nversion = \"0.0.0\"\\nedition = \"2021\"\\n\\n[dependencies]\\nagentbox-registry-probe = \"1\"\\n' > Cargo.toml && \
+     : > src/lib.rs && \
+     CARGO_HOME=\"$d/home\" CARGO_NET_OFFLINE=false CARGO_NET_RETRY=0 CARGO_HTTP_TIMEOUT=30 \
+     cargo generate-lockfile >/dev/null 2>&1; cd / && rm -rf \"$d\"; true"
+}
+
+/// A Python one-liner that prints the download URL (`dl`) of the sparse index at the URL given
+/// as its argument (its `config.json`), through the sandbox's proxy.
+pub const CARGO_INDEX_CONFIG: &str = "import json, sys, urllib.request as u; \
+     print(json.load(u.urlopen(sys.argv[1].rstrip('/') + '/config.json', timeout=30)).get('dl', ''))";
 
 /// Host rules (`HOST` or `HOST:PORT`) from what a registry question printed: URLs, Go's
 /// comma- or pipe-separated proxy lists and its checksum database's name.
@@ -347,5 +377,25 @@ mod tests {
             cache_key(dir.path(), "img", 1000, &cmds, false),
             "a lockfile changed"
         );
+        for code in [false, true] {
+            let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
+            let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]);
+            std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
+            assert_eq!(
+                without,
+                cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]),
+                "a skipped file does not count (every file: {code})"
+            );
+            assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds, code));
+            let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
+            assert_eq!(
+                without,
+                cache_key(dir.path(), "img", 1000, &cmds, code),
+                "skipped is as if absent: the key the cache was filled under"
+            );
+        }
+        std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
+        assert_eq!(file_digest(dir.path(), CARGO_LOCK).map(|d| d.len()), Some(64));
+        assert_eq!(file_digest(dir.path(), "missing"), None);
     }
 }

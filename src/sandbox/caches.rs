@@ -60,6 +60,15 @@ pub async fn state(docker: &Docker, name: &str) -> Result<CacheState, SandboxErr
     }
 }
 
+/// A label of the committed cache `name` (set by [`commit`]), if it has it.
+pub async fn committed_label(docker: &Docker, name: &str, label: &str) -> Option<String> {
+    docker
+        .inspect_volume(&format!("{name}{COMMITTED}"))
+        .await
+        .ok()
+        .and_then(|v| v.labels.get(label).cloned())
+}
+
 /// Create the cache volume `name`, owned by the sandbox user of `spec`, registered with the
 /// run's cleanup until [`commit`]: an interruption removes it.
 pub async fn create(

@@ -168,6 +168,7 @@ impl Session {
         let egress = super::setup_phase::EgressLog::default();
         let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
+        warnings.extend(setup.notes.iter().cloned());
         sandbox_cfg
             .extras
             .forwards

@@ -64,12 +64,17 @@ pub struct SetupOutcome {
     /// The CA bundle the agent phase mounts with `--agent-network allowlist`; removed when
     /// dropped.
     pub ca_bundle: Option<super::trust::Bundle>,
+    /// What the report must say (a lockfile setup wrote into the project).
+    pub notes: Vec<String>,
 }
+
+/// The label of a committed cache whose setup wrote `Cargo.lock`: that file's SHA-256.
+const GENERATED_LOCK_LABEL: &str = "agentbox.cache.generated-cargo-lock";
 
 /// The proxy variables, set for the setup phase only (and the agent's with `--agent-network
 /// allowlist`). `NO_PROXY` is empty on purpose: the host's loopback is reached through the
 /// proxy too, where the allowlist decides.
-fn proxy_env() -> Vec<(String, String)> {
+pub(crate) fn proxy_env() -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{EGRESS_PORT}");
     let mut env = Vec::new();
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
@@ -80,15 +85,23 @@ fn proxy_env() -> Vec<(String, String)> {
     env
 }
 
+/// While set, the proxy's decisions are agentbox's own questions (the cargo probe's refusal),
+/// not the setup's: neither shown nor reported.
+type Quiet = Arc<std::sync::atomic::AtomicBool>;
+
 fn start_proxy(
     settings: &AgentSettings,
     events: &Arc<Fanout>,
     log: &EgressLog,
     phase: &'static str,
+    quiet: Quiet,
 ) -> Result<Proxy, SetupError> {
     let events = events.clone();
     let log = log.clone();
     let observer: crate::egress::Observer = Arc::new(move |d: &Decision| {
+        if quiet.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         events.emit(&Event::Egress {
             phase,
             decision: d.clone(),
@@ -210,21 +223,37 @@ pub async fn run(
         )
         .await?;
         let owner = crate::sandbox::inspect_project(project)?;
-        let key = {
+        let prefix = format!("agentbox-cache-{}", plan::project_key(project));
+        let key_of = |skip: &'static [&'static str]| {
             let (root, image, uid, commands) = (
                 project.to_path_buf(),
                 cfg.image.clone(),
                 owner.uid,
                 commands.clone(),
             );
-            tokio::task::spawn_blocking(move || {
-                plan::cache_key(&root, &image, uid, &commands, runs_project_code)
-            })
-            .await
-            // A key computation that panicked matches no cache: setup runs.
-            .unwrap_or_else(|_| uuid::Uuid::new_v4().simple().to_string()[..16].to_string())
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    plan::cache_key_skipping(&root, &image, uid, &commands, runs_project_code, skip)
+                })
+                .await
+                // A key computation that panicked matches no cache: setup runs.
+                .unwrap_or_else(|_| uuid::Uuid::new_v4().simple().to_string()[..16].to_string())
+            }
         };
-        let name = format!("agentbox-cache-{}-{key}", plan::project_key(project));
+        let mut name = format!("{prefix}-{}", key_of(&[]).await);
+        // A Cargo.lock an earlier setup wrote (stable cargo cannot put it elsewhere) is not the
+        // user's: the cache filled without it still fits while the file is as setup left it.
+        let lock = plan::file_digest(project, plan::CARGO_LOCK);
+        let mut lock_from_setup = false;
+        if lock.is_some() && !setup.refresh {
+            let without = format!("{prefix}-{}", key_of(&[plan::CARGO_LOCK]).await);
+            if caches::state(&docker, &without).await? == CacheState::Ready
+                && caches::committed_label(&docker, &without, GENERATED_LOCK_LABEL).await == lock
+            {
+                name = without;
+                lock_from_setup = true;
+            }
+        }
         if setup.refresh {
             // The marker first: a cache without it is never trusted, whatever happens next.
             let marker = format!("{name}-ok");
@@ -254,9 +283,22 @@ pub async fn run(
             }
             CacheState::Empty => {
                 let result = fill(
-                    settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection,
+                    settings,
+                    cfg,
+                    project,
+                    events,
+                    log,
+                    &docker,
+                    &name,
+                    labels,
+                    &commands,
+                    &detection,
+                    lock.is_none(),
                 )
                 .await;
+                if let Ok(generated) = &result {
+                    lock_from_setup = *generated;
+                }
                 super::preflight::report(
                     events.as_ref(),
                     super::preflight::Step::Setup,
@@ -268,6 +310,15 @@ pub async fn run(
                 result?;
             }
         }
+        if lock_from_setup {
+            let message = format!(
+                "{}: written into the project by setup (stable cargo cannot put a lockfile elsewhere); \
+                 left out of the cache key and of the run's changes; delete it if you do not want it",
+                plan::CARGO_LOCK
+            );
+            note(events, format!("setup: {message}"));
+            outcome.notes.push(message);
+        }
         outcome.agent_extras.volumes.push(VolumeMount {
             name,
             target: DEPS_DIR.to_string(),
@@ -276,7 +327,7 @@ pub async fn run(
         outcome.agent_extras.env = plan::env(Phase::Agent, BASE_PATH);
     }
     if setup.agent_network {
-        let proxy = start_proxy(settings, events, log, "agent")?;
+        let proxy = start_proxy(settings, events, log, "agent", Quiet::default())?;
         outcome
             .agent_extras
             .forwards
@@ -327,11 +378,13 @@ async fn fill(
     labels: HashMap<String, String>,
     commands: &[String],
     detection: &crate::project::Detection,
-) -> Result<(), SetupError> {
+    watch_lock: bool,
+) -> Result<bool, SetupError> {
     let started = Instant::now();
     // Before the proxy and the container: a bad --ca-cert is the user's to fix, and costs nothing.
     let bundle = super::trust::bundle(&settings.setup.trust)?;
-    let proxy = start_proxy(settings, events, log, "setup")?;
+    let quiet = Quiet::default();
+    let proxy = start_proxy(settings, events, log, "setup", quiet.clone())?;
     let mut setup_cfg = cfg.clone();
     setup_cfg.extras = Extras {
         forwards: vec![crate::sandbox::Forward::egress(
@@ -377,7 +430,7 @@ async fn fill(
     let result = run_commands(
         settings,
         &sandbox,
-        &proxy,
+        (&proxy, &quiet),
         events,
         commands,
         detection,
@@ -393,6 +446,14 @@ async fn fill(
     }
     match result {
         Ok(()) => {
+            let mut labels = labels;
+            // Setup wrote the lockfile: its digest goes with the cache (see `run`).
+            let generated = if watch_lock && let Some(digest) = plan::file_digest(project, plan::CARGO_LOCK) {
+                labels.insert(GENERATED_LOCK_LABEL.to_string(), digest);
+                true
+            } else {
+                false
+            };
             caches::commit(docker, &spec, name, labels, registration).await?;
             note(
                 events,
@@ -401,7 +462,7 @@ async fn fill(
                     started.elapsed().as_secs_f64()
                 ),
             );
-            Ok(())
+            Ok(generated)
         }
         Err(e) => {
             caches::discard(docker, &spec, name, registration).await;
@@ -417,45 +478,26 @@ async fn fill(
 async fn run_commands(
     settings: &AgentSettings,
     sandbox: &DockerSandbox,
-    proxy: &Proxy,
+    (proxy, quiet): (&Proxy, &Quiet),
     events: &Arc<Fanout>,
     commands: &[String],
     detection: &crate::project::Detection,
     started: Instant,
     bundle: Option<&super::trust::Bundle>,
 ) -> Result<(), SetupError> {
-    // The registries the image's package managers use by default, asked of the tools in the
-    // image, from a directory outside the project (whose own config files are not trusted).
-    let mut asked = Vec::new();
-    let mut env = Vec::new();
-    for (eco, _) in &detection.ecosystems {
-        let Some(question) = plan::registry_question(*eco) else {
-            continue;
-        };
-        let mut req = ExecRequest::shell(question, Duration::from_secs(60)).capture(4096, 0);
-        req.workdir = Some("/tmp".into());
-        let Ok(out) = sandbox.exec(req).await else {
-            continue;
-        };
-        if !out.success() {
-            continue;
-        }
-        let answer = out.stdout.to_text();
-        if *eco == crate::project::Ecosystem::Go {
-            // The sandbox says GOPROXY=off; setup uses the image's own default.
-            let mut lines = answer.lines();
-            for name in ["GOPROXY", "GOSUMDB"] {
-                if let Some(v) = lines.next().filter(|v| !v.trim().is_empty()) {
-                    env.push((name.to_string(), v.trim().to_string()));
-                }
-            }
-        }
-        if !settings.setup.no_default_registries {
-            asked.extend(plan::hosts_from_answer(&answer));
-        }
+    let ecosystems: Vec<crate::project::Ecosystem> = detection.ecosystems.iter().map(|(e, _)| *e).collect();
+    let found = default_registries(
+        sandbox,
+        (proxy, quiet),
+        &ecosystems,
+        &sandbox.info().image,
+        !settings.setup.no_default_registries,
+    )
+    .await;
+    let env = found.env;
+    for n in found.notes {
+        note(events, n);
     }
-    let rules: Vec<crate::egress::Rule> = asked.iter().filter_map(|h| h.parse().ok()).collect();
-    proxy.allow(rules);
     note(events, format!("setup: egress allowed to {}", describe(proxy)));
     let deadline = started + settings.setup.timeout;
     for command in commands {
@@ -596,6 +638,198 @@ async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<
             });
         }
     }))
+}
+
+/// What [`default_registries`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Registries {
+    /// Host rules (`HOST` or `HOST:PORT`).
+    pub hosts: Vec<String>,
+    /// Variables setup runs with (Go's own `GOPROXY`/`GOSUMDB`, not the sandbox's `off`).
+    pub env: Vec<(String, String)>,
+    /// What was learned and how, for the user.
+    pub notes: Vec<String>,
+}
+
+/// The registries the image's package managers use by default, asked of the tools in the
+/// image from a directory outside the project (whose own config files are not trusted). Cargo
+/// cannot say: it is probed (an empty directory, an empty `CARGO_HOME`, the proxy allowing
+/// nothing; the host it asks for is its index, whose `config.json` names the download host),
+/// and what was learned is kept per image (`image`: its name, for the image's id) in the data
+/// directory. With `allow`, every host found is allowed in `proxy` before this returns;
+/// without it (`--no-default-registries`) only Go's variables are wanted, and nothing is probed.
+pub(crate) async fn default_registries(
+    sandbox: &DockerSandbox,
+    (proxy, quiet): (&Proxy, &Quiet),
+    ecosystems: &[crate::project::Ecosystem],
+    image: &str,
+    allow: bool,
+) -> Registries {
+    use crate::project::Ecosystem;
+    let mut found = Registries::default();
+    for eco in ecosystems {
+        if *eco == Ecosystem::Rust {
+            if !allow {
+                continue;
+            }
+            let hosts = cargo_registry(sandbox, proxy, quiet, image).await;
+            match &hosts {
+                Ok((hosts, how)) => found
+                    .notes
+                    .push(format!("setup: cargo's registry ({how}): {}", hosts.join(", "))),
+                Err(why) => found.notes.push(format!(
+                    "setup: cargo's registry is unknown ({why}); allow it with --allow-host"
+                )),
+            }
+            if let Ok((hosts, _)) = hosts {
+                for h in hosts {
+                    if !found.hosts.contains(&h) {
+                        found.hosts.push(h);
+                    }
+                }
+            }
+            continue;
+        }
+        let Some(question) = plan::registry_question(*eco) else {
+            continue;
+        };
+        let mut req = ExecRequest::shell(question, Duration::from_secs(60)).capture(4096, 0);
+        req.workdir = Some("/tmp".into());
+        let Ok(out) = sandbox.exec(req).await else {
+            continue;
+        };
+        if !out.success() {
+            continue;
+        }
+        let answer = out.stdout.to_text();
+        if *eco == Ecosystem::Go {
+            // The sandbox says GOPROXY=off; setup uses the image's own default.
+            let mut lines = answer.lines();
+            for name in ["GOPROXY", "GOSUMDB"] {
+                if let Some(v) = lines.next().filter(|v| !v.trim().is_empty()) {
+                    found.env.push((name.to_string(), v.trim().to_string()));
+                }
+            }
+        }
+        for h in plan::hosts_from_answer(&answer) {
+            if !found.hosts.contains(&h) {
+                found.hosts.push(h);
+            }
+        }
+    }
+    if allow {
+        proxy.allow(
+            found
+                .hosts
+                .iter()
+                .filter_map(|h| h.parse::<crate::egress::Rule>().ok()),
+        );
+    }
+    found
+}
+
+/// Where what the cargo probe learned is kept: one file per image id.
+fn learned_path(image_id: &str) -> Option<std::path::PathBuf> {
+    let id: String = image_id
+        .trim_start_matches("sha256:")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(64)
+        .collect();
+    (!id.is_empty()).then(|| {
+        crate::sandbox::hostscan::quarantine::data_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("registries")
+            .join(format!("cargo-{id}"))
+    })
+}
+
+/// Cargo's registry hosts: from the file kept for this image, else probed (see
+/// [`default_registries`]). The hosts, and how they were learned.
+async fn cargo_registry(
+    sandbox: &DockerSandbox,
+    proxy: &Proxy,
+    quiet: &Quiet,
+    image: &str,
+) -> Result<(Vec<String>, &'static str), String> {
+    let image_id = match crate::sandbox::connect_docker().await {
+        Ok(docker) => docker.inspect_image(image).await.ok().and_then(|i| i.id),
+        Err(_) => None,
+    };
+    let kept = image_id.as_deref().and_then(learned_path);
+    if let Some(path) = &kept
+        && let Ok(text) = std::fs::read_to_string(path)
+    {
+        let hosts: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|h| h.parse::<crate::egress::Rule>().is_ok())
+            .map(String::from)
+            .collect();
+        if !hosts.is_empty() {
+            return Ok((hosts, "learned from this image before"));
+        }
+    }
+    use std::sync::atomic::Ordering;
+    let seen = proxy.decisions().len();
+    quiet.store(true, Ordering::SeqCst);
+    let mut probe = ExecRequest::shell(plan::cargo_probe(), Duration::from_secs(90)).capture(4096, 4096);
+    probe.workdir = Some("/tmp".into());
+    let probed = sandbox.exec(probe).await;
+    quiet.store(false, Ordering::SeqCst);
+    probed.map_err(|e| format!("the probe failed: {e}"))?;
+    let Some(index) = proxy.decisions()[seen..]
+        .iter()
+        .find(|d| !d.allowed && d.method == "CONNECT")
+        .map(|d| {
+            if d.port == 443 {
+                d.host.clone()
+            } else {
+                format!("{}:{}", d.host, d.port)
+            }
+        })
+    else {
+        return Err("cargo asked the proxy for nothing".into());
+    };
+    let mut hosts = vec![index.clone()];
+    if let Ok(rule) = index.parse::<crate::egress::Rule>() {
+        proxy.allow(vec![rule]);
+    }
+    // The download host, from the index's own configuration.
+    let mut ask = ExecRequest::argv(
+        [
+            "python3".to_string(),
+            "-c".to_string(),
+            plan::CARGO_INDEX_CONFIG.to_string(),
+            format!("https://{index}/"),
+        ],
+        Duration::from_secs(60),
+    )
+    .capture(4096, 4096);
+    ask.workdir = Some("/tmp".into());
+    if let Ok(out) = sandbox.exec(ask).await
+        && out.success()
+    {
+        for h in plan::hosts_from_answer(out.stdout.to_text().split('{').next().unwrap_or_default()) {
+            if !hosts.contains(&h) {
+                hosts.push(h);
+            }
+        }
+    }
+    if let Some(path) = &kept {
+        let _ = write_atomic(path, format!("{}\n", hosts.join("\n")).as_bytes());
+    }
+    Ok((hosts, "asked of the image's cargo"))
+}
+
+fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(data)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn merge(stdout: &str, stderr: &str) -> String {

@@ -278,3 +278,36 @@ pub fn simple_index(name: &str, wheel_name: &str, wheel: Vec<u8>) -> HashMap<Str
         (format!("/files/{wheel_name}"), Body::Bytes(wheel)),
     ])
 }
+
+/// A crate package (`NAME-VERSION.crate`, a gzipped tar) whose library is `lib_rs`, and the
+/// line a sparse index lists it with (its path in the index, and the JSON).
+pub fn crate_package(name: &str, version: &str, lib_rs: &str) -> (Vec<u8>, String, String) {
+    use sha2::Digest;
+    let root = format!("{name}-{version}");
+    let manifest = format!("[package]\nname = \"{name}\"\nversion = \"{version}\"\nedition = \"2021\"\n");
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (path, data) in [
+        (format!("{root}/Cargo.toml"), manifest.as_bytes()),
+        (format!("{root}/src/lib.rs"), lib_rs.as_bytes()),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, path, data).unwrap();
+    }
+    let package = tar.into_inner().unwrap().finish().unwrap();
+    let cksum: String = sha2::Sha256::digest(&package)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // The sparse index's layout: names of four or more characters under their first two pairs.
+    let path = format!("/{}/{}/{name}", &name[..2], &name[2..4]);
+    let line = serde_json::json!({
+        "name": name, "vers": version, "deps": [], "cksum": cksum,
+        "features": {}, "yanked": false
+    })
+    .to_string();
+    (package, path, line)
+}
