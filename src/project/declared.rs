@@ -126,7 +126,8 @@ pub fn python(root: &Path) -> Vec<Declared> {
     out
 }
 
-fn list(root: &Path, dir: &str) -> Vec<String> {
+/// The regular files directly in `dir` (at most 1000), unsorted.
+pub(super) fn list(root: &Path, dir: &str) -> Vec<String> {
     std::fs::read_dir(root.join(dir))
         .map(|r| {
             r.flatten()

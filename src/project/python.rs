@@ -57,15 +57,7 @@ fn has_lines(root: &Path, rel: &str) -> bool {
 }
 
 fn files_in(root: &Path, dir: &str) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(root.join(dir))
-        .map(|r| {
-            r.flatten()
-                .take(1000)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut names = super::declared::list(root, dir);
     names.sort();
     names
 }
