@@ -36,6 +36,7 @@ impl StubSandbox {
                 uid: 1000,
                 gid: 1000,
                 exec_mode: ExecMode::Persistent,
+                warnings: Vec::new(),
             },
             respond: Box::new(respond),
             ran: Mutex::new(Vec::new()),

@@ -90,6 +90,9 @@ pub async fn interactive(
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
+    for warning in &sandbox.info().warnings {
+        errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
+    }
     for warning in crate::image::toolchain_warnings(&cfg.image, project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }

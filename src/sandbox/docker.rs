@@ -638,6 +638,10 @@ impl DockerSandbox {
                     uid: spec.uid,
                     gid: spec.gid,
                     exec_mode,
+                    warnings: match &spec.workspace {
+                        WorkspaceSource::Bind { warnings, .. } => warnings.clone(),
+                        WorkspaceSource::Volume { .. } => Vec::new(),
+                    },
                 },
                 keepalive: Mutex::new(keepalive),
                 executor: tokio::sync::Mutex::new(executor),

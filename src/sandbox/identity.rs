@@ -22,12 +22,16 @@ use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
 use futures_util::StreamExt;
 
 use super::SandboxError;
-use super::policy::{HOME, SandboxSpec};
+use super::policy::{
+    HOME, LINKED_GIT_CONFIG, LINKED_GIT_EMPTY, LINKED_GIT_FILE, SandboxSpec, WorkspaceSource,
+};
 
 /// Name of the entry made for the sandbox user (when the image has none for its uid).
 pub const USER_NAME: &str = "agentbox";
 
-/// The two files, on the host, for as long as the container may start.
+/// The two files, on the host, for as long as the container may start; and for a linked
+/// worktree, the `.git` file, config and empty file agentbox writes for it (see
+/// `policy::LinkedGit`).
 pub struct EtcFiles {
     dir: tempfile::TempDir,
 }
@@ -59,6 +63,25 @@ pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, 
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
             })
             .map_err(|e| SandboxError::Other(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if let WorkspaceSource::Bind {
+        linked_git: Some(linked),
+        ..
+    } = &spec.workspace
+    {
+        for (name, text) in [
+            (LINKED_GIT_FILE, linked.dot_git()),
+            (LINKED_GIT_CONFIG, linked.config.clone()),
+            (LINKED_GIT_EMPTY, String::new()),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                })
+                .map_err(|e| SandboxError::Other(format!("cannot write {}: {e}", path.display())))?;
+        }
     }
     // The directory itself is 0700 (tempfile's default); the daemon runs as root.
     Ok(EtcFiles { dir })

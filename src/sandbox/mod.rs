@@ -376,6 +376,9 @@ pub struct SandboxInfo {
     pub uid: u32,
     pub gid: u32,
     pub exec_mode: ExecMode,
+    /// What the user must hear about the sandbox as it was made (git will not work inside a
+    /// linked worktree whose repository could not be followed, and why).
+    pub warnings: Vec<String>,
 }
 
 /// A running, contained environment with the project at [`WORKSPACE`].

@@ -314,6 +314,92 @@ fn ulimits(engine: &EngineInfo, max_file_bytes: i64) -> Vec<ResourcesUlimits> {
     ]
 }
 
+/// Where the repository of a project that is a linked worktree (or a submodule's checkout)
+/// appears inside the sandbox, read-only: the pieces git reads to look (status, diff, log),
+/// and a config agentbox writes. The project's `.git` file names a host path; rather than
+/// mounting the pieces at that path (which may be anywhere: under `/tmp` or `HOME`, tmpfs mounts
+/// of the sandbox's own, or shadowing the image's files), the sandbox sees a `.git` file of
+/// agentbox's (`gitdir:` naming this directory) mounted read-only over the project's own, which
+/// stays untouched on the host. No `GIT_DIR` in the environment: it would hold for every
+/// repository the sandbox's commands make or open (a test suite's temporary ones).
+pub const GIT_ROOT: &str = "/run/agentbox-git";
+
+/// What the sandbox's git reads of a linked worktree's repository. The host side decides which
+/// exist and may be mounted (`hostscan::git::linked_git`); the policy decides where, always
+/// read-only, always under [`GIT_ROOT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitPiece {
+    /// The common directory's: `HEAD`, `objects/`, `refs/`, `packed-refs`, `shallow`,
+    /// `reftable/`.
+    Head,
+    Objects,
+    Refs,
+    PackedRefs,
+    Shallow,
+    Reftable,
+    /// A linked worktree's own git directory (`C/worktrees/NAME`: its HEAD, index, logs).
+    Worktree,
+    /// Its `config.worktree`: hidden under an empty file, never mounted.
+    WorktreeConfig,
+    /// A submodule's index (its git directory is the common one).
+    Index,
+}
+
+/// The worktree's own directory inside, under the common one as git lays it out, so that its
+/// `commondir` (`../..`) leads there.
+const GIT_WORKTREE: &str = "worktrees/workspace";
+
+impl GitPiece {
+    pub fn target(self) -> String {
+        let rel = match self {
+            GitPiece::Head => "HEAD",
+            GitPiece::Objects => "objects",
+            GitPiece::Refs => "refs",
+            GitPiece::PackedRefs => "packed-refs",
+            GitPiece::Shallow => "shallow",
+            GitPiece::Reftable => "reftable",
+            GitPiece::Worktree => GIT_WORKTREE,
+            GitPiece::WorktreeConfig => "worktrees/workspace/config.worktree",
+            GitPiece::Index => "index",
+        };
+        format!("{GIT_ROOT}/{rel}")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkedGitKind {
+    /// `gitdir: C/worktrees/NAME`.
+    Worktree,
+    /// `gitdir: S/modules/NAME`: a repository of its own, kept in its superproject's.
+    Submodule,
+}
+
+/// A linked worktree's (or submodule's) repository as the sandbox gets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkedGit {
+    pub kind: LinkedGitKind,
+    /// Host paths, each mounted read-only at [`GitPiece::target`].
+    pub pieces: Vec<(GitPiece, PathBuf)>,
+    /// The config git reads inside, at `GIT_ROOT/config`: written by agentbox.
+    pub config: String,
+}
+
+/// Files agentbox writes for a linked worktree next to the sandbox's `/etc` files (see
+/// `identity::etc_files`): the `.git` file, the config and an empty file.
+pub const LINKED_GIT_FILE: &str = "git-file";
+pub const LINKED_GIT_CONFIG: &str = "git-config";
+pub const LINKED_GIT_EMPTY: &str = "git-empty";
+
+impl LinkedGit {
+    /// The `.git` file seen at `/workspace/.git`.
+    pub fn dot_git(&self) -> String {
+        match self.kind {
+            LinkedGitKind::Worktree => format!("gitdir: {GIT_ROOT}/{GIT_WORKTREE}\n"),
+            LinkedGitKind::Submodule => format!("gitdir: {GIT_ROOT}\n"),
+        }
+    }
+}
+
 /// How the project reaches `/workspace`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkspaceSource {
@@ -325,6 +411,11 @@ pub enum WorkspaceSource {
         protected: Vec<PathBuf>,
         /// What the host recorded before the session, to check the project against after it.
         baseline: std::sync::Arc<super::hostscan::Baseline>,
+        /// The project is a linked worktree (or a submodule's checkout) whose repository is
+        /// outside it: what of that repository is mounted, read-only.
+        linked_git: Option<LinkedGit>,
+        /// What the user must hear about this mount (git will not work inside, and why).
+        warnings: Vec<String>,
     },
     /// A labelled Docker volume the project is copied into (`--isolate`): `seed` is a tar of
     /// the project, extracted into the volume before the sandbox starts.
@@ -372,6 +463,16 @@ impl SandboxSpec {
     /// proxies, no `DOCKER_HOST`.
     pub fn env(&self) -> Vec<String> {
         let mut env = self.fixed_env();
+        if matches!(
+            &self.workspace,
+            WorkspaceSource::Bind {
+                linked_git: Some(_),
+                ..
+            }
+        ) {
+            // Its repository is read-only: git need not try to refresh the index on `status`.
+            env.push("GIT_OPTIONAL_LOCKS=0".into());
+        }
         let mut extra: Vec<(String, String)> = self.extras.env.clone();
         let forwards: Vec<String> = self.extras.forwards.iter().map(Forward::spec).collect();
         if !forwards.is_empty() {
@@ -548,7 +649,10 @@ impl SandboxSpec {
 
         let mounts = match &self.workspace {
             WorkspaceSource::Bind {
-                project, protected, ..
+                project,
+                protected,
+                linked_git,
+                ..
             } => {
                 let bind = |source: &PathBuf, target: String, read_only: bool| Mount {
                     target: Some(target),
@@ -567,13 +671,35 @@ impl SandboxSpec {
                     WORKSPACE.to_string(),
                     self.read_only || self.extras.workspace_read_only,
                 )];
+                // With the files agentbox writes for it: none on a remote engine, which refuses
+                // a bind-mounted project anyway.
+                let linked = linked_git.as_ref().zip(etc);
                 // Docker mounts parents first, so these land on top of the workspace bind.
                 for rel in protected {
+                    if linked.is_some() && rel.as_path() == std::path::Path::new(".git") {
+                        // Covered by agentbox's own `.git` file below.
+                        continue;
+                    }
                     m.push(bind(
                         &project.join(rel),
                         format!("{WORKSPACE}/{}", rel.display()),
                         true,
                     ));
+                }
+                if let Some((linked, etc)) = linked {
+                    m.push(bind(
+                        &etc.join(LINKED_GIT_FILE),
+                        format!("{WORKSPACE}/.git"),
+                        true,
+                    ));
+                    m.push(bind(&etc.join(LINKED_GIT_CONFIG), format!("{GIT_ROOT}/config"), true));
+                    for (piece, source) in &linked.pieces {
+                        let source = match piece {
+                            GitPiece::WorktreeConfig => etc.join(LINKED_GIT_EMPTY),
+                            _ => source.clone(),
+                        };
+                        m.push(bind(&source, piece.target(), true));
+                    }
                 }
                 m
             }
@@ -728,6 +854,8 @@ mod tests {
                 project: "/p".into(),
                 protected: vec![".git".into(), "lib/sub/.git".into()],
                 baseline: Default::default(),
+                linked_git: None,
+                warnings: vec![],
             },
             uid: 1000,
             gid: 1000,

@@ -183,6 +183,12 @@ impl Session {
                 .map_err(|e| e.to_string()),
         );
         let (sandbox, isolation) = opened?;
+        for w in &sandbox.info().warnings {
+            events.emit(&Event::Note {
+                message: format!("WARNING: {w}"),
+            });
+            warnings.push(w.clone());
+        }
         if let Err(e) = preflight::test_programs(
             &sandbox,
             project,

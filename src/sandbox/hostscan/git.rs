@@ -13,6 +13,8 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
+use crate::sandbox::policy::LinkedGit;
+
 /// Largest config (or `.git` file, `commondir`) read; git's own are a few KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// git stops following includes at depth 10.
@@ -151,6 +153,259 @@ pub fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
         return None;
     }
     Some(resolve(&dot_git.parent()?.join(target)))
+}
+
+/// What the sandbox is given of the repository a project's `.git` file names, outside the
+/// project: [`LinkedGit`] when the rule below holds, else why not (told to the user: git will
+/// not work inside). `None` when the project's `.git` is no file (a directory, or none).
+///
+/// The `.git` file is the repository's word, and the sandbox's to have planted in an earlier
+/// session: it is followed only to a repository that points back at this project —
+/// - a linked worktree: `gitdir:` names `C/worktrees/NAME`, whose `commondir` resolves to
+///   `C`, a git directory, and whose `gitdir` back-pointer names this project's `.git`;
+/// - a submodule's checkout: `gitdir:` names `S/modules/NAME` (a git directory of its own, no
+///   `commondir`), whose config's `core.worktree` names this project;
+///
+/// every directory and file on the way a real one (no symbolic link anywhere: the path as
+/// written must be the path the kernel reaches), and everything mounted owned by `uid`, the
+/// project's owner, whom the sandbox runs as. A `.git` file naming a directory of the project
+/// needs nothing: the project, with its git metadata read-only, is mounted already.
+pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>> {
+    let dot_git = project.join(".git");
+    if !dot_git.symlink_metadata().ok()?.is_file() {
+        return None;
+    }
+    let shown = || crate::sandbox::hostscan::quote(&dot_git);
+    let refuse = |why: String| {
+        Some(Err(format!(
+            "{}: git will not work inside the sandbox (`fatal: not a git repository`): {why}",
+            shown()
+        )))
+    };
+    let Some(data) = read_small(&dot_git) else {
+        return refuse("it cannot be read".into());
+    };
+    let Some(written) = gitdir_written(&data) else {
+        return refuse("it has no `gitdir:` line".into());
+    };
+    let joined = project.join(&written);
+    let target = lexical(&joined);
+    let q = |p: &Path| crate::sandbox::hostscan::quote(p);
+    if let Some(rel) = lexical_rel(project, &target) {
+        // Inside the project: mounted with it, and found there if the path is relative.
+        return if Path::new(&written).is_absolute() {
+            refuse(format!(
+                "its `gitdir:` names {} by an absolute path, which does not exist inside the sandbox \
+                 (the project is at /workspace); write it relative: `gitdir: {}`",
+                q(&target),
+                q(&rel)
+            ))
+        } else {
+            None
+        };
+    }
+    match follow_linked(project, &joined, &target, uid) {
+        Ok(linked) => Some(Ok(linked)),
+        Err(why) => refuse(format!("its `gitdir:` names {}, {why}", q(&target))),
+    }
+}
+
+fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Result<LinkedGit, String> {
+    use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+    no_link_on_the_way(joined, target)?;
+    owned_dir(target, uid)?;
+    let parent = target.parent().unwrap_or(target);
+    let container = parent.file_name().and_then(OsStr::to_str);
+    let commondir = target.join("commondir");
+    let (kind, common) = if commondir.symlink_metadata().is_ok() {
+        if container != Some("worktrees") {
+            return Err("which has a `commondir` but is not a `worktrees/NAME` directory of a repository".into());
+        }
+        let common = parent.parent().unwrap_or(parent).to_path_buf();
+        let text = read_text(&commondir).ok_or("whose `commondir` is not a small regular file")?;
+        let named = lexical(&target.join(text.trim()));
+        if named != common || no_link_on_the_way(&target.join(text.trim()), &named).is_err() {
+            return Err("whose `commondir` does not name the repository it is in".into());
+        }
+        let back = read_text(&target.join("gitdir"))
+            .ok_or("which has no `gitdir` file naming its worktree: not a linked worktree")?;
+        if lexical(&target.join(back.trim())) != project.join(".git") {
+            return Err(format!(
+                "a worktree of another checkout: its `gitdir` file names {}, not this project",
+                crate::sandbox::hostscan::quote(Path::new(back.trim()))
+            ));
+        }
+        (LinkedGitKind::Worktree, common)
+    } else {
+        // A submodule's git directory: `S/modules/NAME`, NAME possibly with slashes.
+        if !target.ancestors().skip(1).any(|a| a.file_name() == Some(OsStr::new("modules"))) {
+            return Err(
+                "which is neither a linked worktree (`C/worktrees/NAME`) nor a submodule's repository \
+                 (`S/modules/NAME`)"
+                    .into(),
+            );
+        }
+        let config = read_text(&target.join("config")).unwrap_or_default();
+        let worktree = parse_config(&config)
+            .into_iter()
+            .filter(|e| e.is("core", "worktree"))
+            .filter_map(|e| e.value)
+            .last()
+            .ok_or("a repository with no `core.worktree`: not this project's submodule")?;
+        if lexical(&target.join(&worktree)) != project {
+            return Err("a repository whose `core.worktree` is not this project".into());
+        }
+        (LinkedGitKind::Submodule, target.to_path_buf())
+    };
+    owned_dir(&common, uid)?;
+    let mut pieces = Vec::new();
+    let mut wanted = vec![
+        (Some(GitPiece::Head), common.join("HEAD"), false, true),
+        (Some(GitPiece::Objects), common.join("objects"), true, true),
+        (Some(GitPiece::Refs), common.join("refs"), true, true),
+        (Some(GitPiece::PackedRefs), common.join("packed-refs"), false, false),
+        (Some(GitPiece::Shallow), common.join("shallow"), false, false),
+        (Some(GitPiece::Reftable), common.join("reftable"), true, false),
+    ];
+    match kind {
+        LinkedGitKind::Worktree => wanted.extend([
+            // Checked, not mounted by itself: it comes with the worktree's directory.
+            (None, target.join("HEAD"), false, true),
+            (Some(GitPiece::Worktree), target.to_path_buf(), true, true),
+            // Seen inside as an empty file: it is config, the repository's to hold secrets in.
+            (Some(GitPiece::WorktreeConfig), target.join("config.worktree"), false, false),
+        ]),
+        LinkedGitKind::Submodule => {
+            wanted.push((Some(GitPiece::Index), target.join("index"), false, false))
+        }
+    }
+    for (piece, path, dir, required) in wanted {
+        use std::os::unix::fs::MetadataExt;
+        let q = crate::sandbox::hostscan::quote(&path);
+        let Ok(m) = path.symlink_metadata() else {
+            if required {
+                return Err(format!("which lacks {q}"));
+            }
+            continue;
+        };
+        let right_type = if dir { m.is_dir() } else { m.is_file() };
+        if !right_type || m.uid() != uid {
+            return Err(format!(
+                "whose {q} is not a {} of the project's owner",
+                if dir { "directory" } else { "regular file" }
+            ));
+        }
+        if let Some(p) = piece {
+            pieces.push((p, path));
+        }
+    }
+    let config = read_text(&common.join("config")).unwrap_or_default();
+    Ok(LinkedGit {
+        kind,
+        pieces,
+        config: synthesised_config(&parse_config(&config)),
+    })
+}
+
+/// The config git reads inside: only what says how to read the repository (its format, the
+/// object and ref formats, how the checkout's files compare), each value a plain word. Never
+/// the repository's own: it can hold credentials (`http.extraheader`), commands (aliases,
+/// `core.fsmonitor`), and paths of the host.
+fn synthesised_config(entries: &[ConfigEntry]) -> String {
+    const CORE: &[&str] = &[
+        "repositoryformatversion",
+        "filemode",
+        "ignorecase",
+        "symlinks",
+        "precomposeunicode",
+        "autocrlf",
+        "eol",
+        "checkstat",
+        "trustctime",
+    ];
+    const EXTENSIONS: &[&str] = &["objectformat", "refstorage", "compatobjectformat"];
+    let plain = |v: &str| {
+        !v.is_empty() && v.len() <= 32 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let mut out = String::from("# Written by agentbox: not the repository's own config.\n");
+    for (section, keys) in [("core", CORE), ("extensions", EXTENSIONS)] {
+        let mut lines = Vec::new();
+        for key in keys {
+            let last = entries
+                .iter()
+                .filter(|e| e.section == section && e.subsection.is_none() && e.key == *key)
+                .filter_map(|e| e.value.as_deref())
+                .last();
+            if let Some(v) = last.filter(|v| plain(v)) {
+                lines.push(format!("\t{key} = {v}\n"));
+            }
+        }
+        if !lines.is_empty() {
+            out.push_str(&format!("[{section}]\n"));
+            out.extend(lines);
+        }
+    }
+    out
+}
+
+/// The path a `.git` file names, as written.
+fn gitdir_written(data: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(data).ok()?;
+    let target = text.strip_prefix("gitdir:")?.trim();
+    (!target.is_empty()).then(|| target.to_string())
+}
+
+fn read_text(path: &Path) -> Option<String> {
+    read_small(path).and_then(|d| String::from_utf8(d).ok())
+}
+
+/// `path` with `.` and `..` taken away by name, no file system access.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `Ok` when `joined` (a path as written, `..` and all) reaches `lexical` (its lexical form)
+/// through real directories only: no component is a link, and the kernel, resolving `..` its
+/// own way, arrives at the same place.
+fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), String> {
+    let mut cur = PathBuf::new();
+    for c in lexical.components() {
+        cur.push(c);
+        if cur.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!(
+                "reached through the symbolic link {}",
+                crate::sandbox::hostscan::quote(&cur)
+            ));
+        }
+    }
+    match joined.canonicalize() {
+        Ok(real) if real == lexical => Ok(()),
+        Ok(_) => Err("reached through a symbolic link".into()),
+        Err(_) => Err("which does not exist".into()),
+    }
+}
+
+fn owned_dir(dir: &Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    match dir.symlink_metadata() {
+        Ok(m) if m.is_dir() && m.uid() == uid => Ok(()),
+        Ok(m) if m.is_dir() => Err(format!(
+            "a directory of another user (uid {}; the project's owner is {uid})",
+            m.uid()
+        )),
+        Ok(_) => Err("which is not a directory".into()),
+        Err(_) => Err("which does not exist".into()),
+    }
 }
 
 /// One `section.subsection.key = value` of a config file. Section and key are lower-cased (git

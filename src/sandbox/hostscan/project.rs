@@ -92,9 +92,16 @@ pub fn bind_workspace(
         )));
     }
     let protection = super::protection(&dir.path, &scan);
+    let (linked_git, warnings) = match super::git::linked_git(&dir.path, dir.uid) {
+        None => (None, Vec::new()),
+        Some(Ok(linked)) => (Some(linked), Vec::new()),
+        Some(Err(why)) => (None, vec![why]),
+    };
     Ok((
         WorkspaceSource::Bind {
             project: dir.path,
+            linked_git,
+            warnings,
             protected: protection.mounts.clone(),
             baseline: std::sync::Arc::new(super::Baseline {
                 scan,
