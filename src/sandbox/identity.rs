@@ -26,6 +26,11 @@ use super::policy::{
     HOME, LINKED_GIT_CONFIG, LINKED_GIT_EMPTY, LINKED_GIT_FILE, SandboxSpec, WorkspaceSource,
 };
 
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Name of the entry made for the sandbox user (when the image has none for its uid).
 pub const USER_NAME: &str = "agentbox";
 
@@ -79,6 +84,12 @@ pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, 
                 .and_then(|()| {
                     use std::os::unix::fs::PermissionsExt;
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                })
+                // The sandbox user's: git refuses a `.git` file of another user ("dubious
+                // ownership"). Run as anyone else, agentbox is that user already.
+                .and_then(|()| match running_as_root() {
+                    true => std::os::unix::fs::chown(&path, Some(spec.uid), Some(spec.gid)),
+                    false => Ok(()),
                 })
                 .map_err(|e| SandboxError::Other(format!("cannot write {}: {e}", path.display())))?;
         }
