@@ -63,6 +63,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
+    for warning in &sandbox.info().warnings {
+        errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
+    }
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }

@@ -964,6 +964,123 @@ mod tests {
         assert_eq!(read_small(&d.path().join("f")).unwrap(), b"x");
     }
 
+    fn git(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "protocol.file.allow=always"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn owner(p: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        p.metadata().unwrap().uid()
+    }
+
+    /// `root/main` (a repository whose config holds a credential) and its linked worktree
+    /// `root/wt`.
+    fn worktree() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("main")).unwrap();
+        git(&root.join("main"), &["init", "-q"]);
+        std::fs::write(root.join("main/x"), "x").unwrap();
+        git(&root.join("main"), &["add", "x"]);
+        git(&root.join("main"), &["commit", "-qm", "x"]);
+        git(&root.join("main"), &["config", "http.extraheader", "Authorization: Bearer SECRET"]);
+        git(&root.join("main"), &["worktree", "add", "-q", "../wt"]);
+        (d, root)
+    }
+
+    #[test]
+    fn a_linked_worktree_gets_what_git_reads_and_never_the_repositorys_config() {
+        use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+        let (_d, root) = worktree();
+        let wt = root.join("wt");
+        let linked = linked_git(&wt, owner(&wt)).unwrap().unwrap();
+        assert_eq!(linked.kind, LinkedGitKind::Worktree);
+        let git = root.join("main/.git");
+        let want = [
+            (GitPiece::Head, git.join("HEAD")),
+            (GitPiece::Objects, git.join("objects")),
+            (GitPiece::Refs, git.join("refs")),
+            (GitPiece::Worktree, git.join("worktrees/wt")),
+        ];
+        assert_eq!(linked.pieces, want);
+        assert!(!linked.config.contains("SECRET"), "{}", linked.config);
+        assert!(linked.config.contains("repositoryformatversion = 0"), "{}", linked.config);
+        // A project elsewhere whose `.git` names that worktree: not its own.
+        let other = root.join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::copy(wt.join(".git"), other.join(".git")).unwrap();
+        let why = linked_git(&other, owner(&other)).unwrap().unwrap_err();
+        assert!(why.contains("another checkout"), "{why}");
+        // Another user's repository.
+        let why = linked_git(&wt, owner(&wt) + 1).unwrap().unwrap_err();
+        assert!(why.contains("another user"), "{why}");
+    }
+
+    #[test]
+    fn a_git_file_naming_anything_else_is_not_followed() {
+        let (_d, root) = worktree();
+        // `~/.ssh`, in a stand-in home.
+        let home = root.join("home");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "KEY").unwrap();
+        let p = root.join("p");
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join(".git"), format!("gitdir: {}\n", home.join(".ssh").display())).unwrap();
+        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err();
+        assert!(why.contains("git will not work inside") && why.contains("neither"), "{why}");
+        // The worktree itself, reached through a link on the way.
+        std::os::unix::fs::symlink(root.join("main"), root.join("alias")).unwrap();
+        let wt = root.join("wt");
+        std::fs::write(
+            wt.join(".git"),
+            format!("gitdir: {}\n", root.join("alias/.git/worktrees/wt").display()),
+        )
+        .unwrap();
+        let why = linked_git(&wt, owner(&wt)).unwrap().unwrap_err();
+        assert!(why.contains("symbolic link"), "{why}");
+        // Inside the project: mounted with it when relative, unreachable when absolute.
+        std::fs::create_dir_all(p.join("real/objects")).unwrap();
+        std::fs::write(p.join(".git"), "gitdir: real\n").unwrap();
+        assert!(linked_git(&p, owner(&p)).is_none());
+        std::fs::write(p.join(".git"), format!("gitdir: {}\n", p.join("real").display())).unwrap();
+        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err();
+        assert!(why.contains("gitdir: real"), "{why}");
+        // A directory: nothing to follow.
+        assert!(linked_git(&root.join("main"), owner(&p)).is_none());
+    }
+
+    #[test]
+    fn a_submodules_checkout_gets_its_repository() {
+        use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+        let (_d, root) = worktree();
+        git(&root.join("main"), &["submodule", "add", "-q", "./", "sub"]);
+        let sub = root.join("main/sub");
+        let linked = linked_git(&sub, owner(&sub)).unwrap().unwrap();
+        assert_eq!(linked.kind, LinkedGitKind::Submodule);
+        assert!(
+            linked
+                .pieces
+                .contains(&(GitPiece::Index, root.join("main/.git/modules/sub/index"))),
+            "{:?}",
+            linked.pieces
+        );
+        assert!(!linked.config.contains("worktree"), "{}", linked.config);
+        // Another directory with the same `.git` file: the repository's worktree is elsewhere.
+        let other = root.join("main/other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::copy(sub.join(".git"), other.join(".git")).unwrap();
+        let why = linked_git(&other, owner(&other)).unwrap().unwrap_err();
+        assert!(why.contains("core.worktree"), "{why}");
+    }
+
     #[test]
     fn lexical_paths_stay_inside() {
         let p = Path::new("/p");
