@@ -593,3 +593,132 @@ printf '[core]\n\tfsmonitor = "touch \\"$MARK\\"; false"\n' > sub/hid/.git/confi
     let session = report["session"].as_str().unwrap_or_default();
     assert!(data.join("quarantine").join(session).join("sub").is_dir());
 }
+
+/// A linked worktree's repository (planted hooks go in its common directory, found the way a
+/// hook manager would), then `echo change >> a.py` to have something to commit.
+const COMMON_DIR_HOOK: &str = r#"d=$(git rev-parse --path-format=absolute --git-common-dir) && mkdir -p "$d/hooks" && printf '#!/bin/sh\ntouch "$MARK"\n' > "$d/hooks/pre-commit" && chmod +x "$d/hooks/pre-commit""#;
+
+/// A committed repository with a credential in its config, and the project: a linked worktree
+/// of it (the layout of parallel agents), both owned by the test user.
+fn main_and_worktree() -> (Project, Project) {
+    let main = repo("git config http.extraheader 'Authorization: Bearer SECRET-TOKEN'");
+    let project = Project::new(&[]);
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(main.path())
+        .args(["-c", "safe.directory=*", "worktree", "add", "-q", "-f", "-b", "wt"])
+        .arg(project.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    main.chown_all();
+    project.chown_all();
+    (main, project)
+}
+
+/// Issue 27: in a linked worktree every git command inside failed (`fatal: not a git
+/// repository`), with no warning. Now git reads its repository inside — read-only, with a
+/// config of agentbox's — and a hook planted in the common directory still does not land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_worktree_has_git_inside_and_its_repository_stays_read_only() {
+    let plant = commit_after(COMMON_DIR_HOOK);
+    {
+        let (_main, p) = main_and_worktree();
+        sh(p.path(), &plant);
+        let m = marker();
+        host_git(p.path(), &m.path, COMMIT, None);
+        assert!(m.path.exists(), "control: the common directory's hook did not run");
+    }
+    let (main, project) = main_and_worktree();
+    let dot_git = project.read(".git");
+    let looks = "echo y >> a.py; git status --short; echo status=$?; git diff --stat; echo diff=$?; \
+                 git log --oneline | wc -l; echo log=$?; \
+                 grep -rl SECRET-TOKEN /run/agentbox-git /workspace/.git; echo grep=$?";
+    let (run, ran) =
+        through_agentbox(&project, &format!("{looks}\n{plant}"), ".", COMMIT, &[], None).await;
+    let out = run.result(0).1;
+    for ok in ["status=0", "diff=0", "log=0", "M a.py", "a.py | 1 +"] {
+        assert!(out.contains(ok), "{ok}: {out}\n{}", run.stderr);
+    }
+    assert!(out.contains("grep=1"), "the repository's config is not inside: {out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!ran, "the hook planted in the common directory ran: {}", run.warnings());
+    assert!(!main.file(".git/hooks/pre-commit").exists());
+    assert_eq!(project.read(".git"), dot_git, "the project's own .git file is untouched");
+    assert!(!run.warnings().contains("git will not work"), "{}", run.warnings());
+}
+
+/// The `.git` file is the repository's word: one naming a directory of the user's that is no
+/// worktree of theirs (`~/.ssh`; here a stand-in home) mounts nothing of it, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_file_naming_what_is_no_worktree_mounts_nothing_and_warns() {
+    let home = Project::new(&[(".ssh/id_ed25519", "PRIVATE-KEY-STAND-IN\n")]);
+    let project = Project::new(&[("a.py", "x = 1\n")]);
+    std::fs::write(
+        project.file(".git"),
+        format!("gitdir: {}\n", home.file(".ssh").display()),
+    )
+    .unwrap();
+    project.chown_all();
+    let home_name = home.path().file_name().unwrap().to_str().unwrap().to_string();
+    let look = format!(
+        "git status; echo status=$?; grep -c {home_name} /proc/self/mountinfo; ls /run/agentbox-git; \
+         grep -rl PRIVATE-KEY-STAND-IN /run /workspace /home /tmp; echo done"
+    );
+    let run = finish(spawn_run(
+        &project,
+        json!([{"tool_calls": [bash(&look)]}, done("done")]),
+        &[],
+        &[],
+    ))
+    .await;
+    let out = run.result(0).1;
+    assert!(out.contains("done"), "{out}\n{}", run.stderr);
+    assert!(out.contains("status=128"), "{out}");
+    assert!(out.contains("\n0\n"), "nothing of the stand-in home is mounted: {out}");
+    assert!(!out.contains("id_ed25519"), "{out}");
+    let w = run.warnings();
+    assert!(
+        w.contains("git will not work inside the sandbox") && w.contains(".ssh"),
+        "{w}"
+    );
+}
+
+/// A submodule's checkout as the project: its repository lives in the superproject's
+/// `.git/modules/NAME`, outside the project; git reads it inside the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submodules_checkout_has_git_inside() {
+    let sup = repo("");
+    let project = Project {
+        dir: tempfile::TempDir::new_in(sup.path()).unwrap(),
+    };
+    let name = project.path().file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::remove_dir(project.path()).unwrap();
+    // Cloned from a repository of root's own when run as root: the clone's own git does not
+    // get the set-up's `safe.directory`.
+    let source = tempfile::tempdir().unwrap();
+    sh(
+        source.path(),
+        "git init -q && echo 'x = 1' > a.py && git add a.py && git commit -qm a",
+    );
+    sh(
+        sup.path(),
+        &format!(
+            "git -c protocol.file.allow=always submodule add -q {} {name} && git commit -qm sub",
+            source.path().display()
+        ),
+    );
+    sup.chown_all();
+    let run = finish(spawn_run(
+        &project,
+        json!([{"tool_calls": [bash("echo y >> a.py; git status --short; echo status=$?; git log --oneline | wc -l")]}, done("done")]),
+        &[],
+        &[],
+    ))
+    .await;
+    let out = run.result(0).1;
+    assert!(out.contains("status=0") && out.contains("M a.py"), "{out}\n{}", run.stderr);
+    assert!(!run.warnings().contains("git will not work"), "{}", run.warnings());
+}

@@ -23,7 +23,8 @@ use futures_util::StreamExt;
 
 use super::SandboxError;
 use super::policy::{
-    HOME, LINKED_GIT_CONFIG, LINKED_GIT_EMPTY, LINKED_GIT_FILE, SandboxSpec, WorkspaceSource,
+    GitPiece, HOME, LINKED_GIT_EMPTY, LINKED_GIT_FILE, LINKED_GIT_ROOT, LinkedGit, SandboxSpec,
+    WorkspaceSource,
 };
 
 fn running_as_root() -> bool {
@@ -74,28 +75,56 @@ pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, 
         ..
     } = &spec.workspace
     {
-        for (name, text) in [
-            (LINKED_GIT_FILE, linked.dot_git()),
-            (LINKED_GIT_CONFIG, linked.config.clone()),
-            (LINKED_GIT_EMPTY, String::new()),
-        ] {
-            let path = dir.path().join(name);
-            std::fs::write(&path, text)
-                .and_then(|()| {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
-                })
-                // The sandbox user's: git refuses a `.git` file of another user ("dubious
-                // ownership"). Run as anyone else, agentbox is that user already.
-                .and_then(|()| match running_as_root() {
-                    true => std::os::unix::fs::chown(&path, Some(spec.uid), Some(spec.gid)),
-                    false => Ok(()),
-                })
-                .map_err(|e| SandboxError::Other(format!("cannot write {}: {e}", path.display())))?;
-        }
+        write_linked_git(dir.path(), linked, spec)
+            .map_err(|e| SandboxError::Other(format!("cannot write the sandbox's git files: {e}")))?;
     }
     // The directory itself is 0700 (tempfile's default); the daemon runs as root.
     Ok(EtcFiles { dir })
+}
+
+/// The files of `policy::LinkedGit` in `dir`, the sandbox user's (run as anyone else,
+/// agentbox is that user already).
+fn write_linked_git(dir: &Path, linked: &LinkedGit, spec: &SandboxSpec) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let own = |path: &Path, mode: u32| -> std::io::Result<()> {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        if running_as_root() {
+            std::os::unix::fs::chown(path, Some(spec.uid), Some(spec.gid))?;
+        }
+        Ok(())
+    };
+    let file = |path: &Path, text: &str| -> std::io::Result<()> {
+        std::fs::write(path, text)?;
+        own(path, 0o644)
+    };
+    file(&dir.join(LINKED_GIT_FILE), &linked.dot_git())?;
+    file(&dir.join(LINKED_GIT_EMPTY), "")?;
+    let root = dir.join(LINKED_GIT_ROOT);
+    std::fs::create_dir(&root)?;
+    own(&root, 0o755)?;
+    file(&root.join("config"), &linked.config)?;
+    // Mount points, so that the engine makes none (it would make them root's).
+    for (piece, _) in &linked.pieces {
+        if *piece == GitPiece::WorktreeConfig {
+            // Inside the worktree's own directory, where it exists.
+            continue;
+        }
+        let mut at = root.clone();
+        for part in Path::new(piece.rel()).components() {
+            at.push(part);
+            let last = at.ends_with(piece.rel());
+            if at.symlink_metadata().is_ok() {
+                continue;
+            }
+            if last && !piece.is_dir() {
+                file(&at, "")?;
+            } else {
+                std::fs::create_dir(&at)?;
+                own(&at, 0o755)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Repository of the images [`image_with_user`] makes.

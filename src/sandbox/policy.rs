@@ -350,8 +350,9 @@ pub enum GitPiece {
 const GIT_WORKTREE: &str = "worktrees/workspace";
 
 impl GitPiece {
-    pub fn target(self) -> String {
-        let rel = match self {
+    /// Where it is under [`GIT_ROOT`].
+    pub fn rel(self) -> &'static str {
+        match self {
             GitPiece::Head => "HEAD",
             GitPiece::Objects => "objects",
             GitPiece::Refs => "refs",
@@ -361,8 +362,18 @@ impl GitPiece {
             GitPiece::Worktree => GIT_WORKTREE,
             GitPiece::WorktreeConfig => "worktrees/workspace/config.worktree",
             GitPiece::Index => "index",
-        };
-        format!("{GIT_ROOT}/{rel}")
+        }
+    }
+
+    pub fn is_dir(self) -> bool {
+        matches!(
+            self,
+            GitPiece::Objects | GitPiece::Refs | GitPiece::Reftable | GitPiece::Worktree
+        )
+    }
+
+    pub fn target(self) -> String {
+        format!("{GIT_ROOT}/{}", self.rel())
     }
 }
 
@@ -380,15 +391,19 @@ pub struct LinkedGit {
     pub kind: LinkedGitKind,
     /// Host paths, each mounted read-only at [`GitPiece::target`].
     pub pieces: Vec<(GitPiece, PathBuf)>,
-    /// The config git reads inside, at `GIT_ROOT/config`: written by agentbox.
+    /// The config git reads inside, at `GIT_ROOT/config`: written by agentbox, never the
+    /// repository's.
     pub config: String,
 }
 
-/// Files agentbox writes for a linked worktree next to the sandbox's `/etc` files (see
-/// `identity::etc_files`): the `.git` file, the config and an empty file.
+/// What agentbox writes for a linked worktree next to the sandbox's `/etc` files (see
+/// `identity::etc_files`), all the sandbox user's: the `.git` file; an empty file; and the
+/// directory seen as [`GIT_ROOT`], holding the config and an empty mount point for each piece.
+/// git refuses a git directory that is not the user's own ("dubious ownership"), so
+/// [`GIT_ROOT`] cannot be a directory Docker makes (root's).
 pub const LINKED_GIT_FILE: &str = "git-file";
-pub const LINKED_GIT_CONFIG: &str = "git-config";
 pub const LINKED_GIT_EMPTY: &str = "git-empty";
+pub const LINKED_GIT_ROOT: &str = "git-root";
 
 impl LinkedGit {
     /// The `.git` file seen at `/workspace/.git`.
@@ -692,7 +707,7 @@ impl SandboxSpec {
                         format!("{WORKSPACE}/.git"),
                         true,
                     ));
-                    m.push(bind(&etc.join(LINKED_GIT_CONFIG), format!("{GIT_ROOT}/config"), true));
+                    m.push(bind(&etc.join(LINKED_GIT_ROOT), GIT_ROOT.to_string(), true));
                     for (piece, source) in &linked.pieces {
                         let source = match piece {
                             GitPiece::WorktreeConfig => etc.join(LINKED_GIT_EMPTY),
@@ -922,7 +937,7 @@ mod tests {
             found[0].source.clone().unwrap()
         };
         assert_eq!(at("/workspace/.git"), "/h/etc/git-file", "agentbox's, over the project's own");
-        assert_eq!(at("/run/agentbox-git/config"), "/h/etc/git-config", "never the repository's");
+        assert_eq!(at("/run/agentbox-git"), "/h/etc/git-root", "agentbox's, with its config");
         assert_eq!(at("/run/agentbox-git/objects"), "/m/.git/objects");
         assert_eq!(at("/run/agentbox-git/worktrees/workspace"), "/m/.git/worktrees/w");
         assert_eq!(at("/run/agentbox-git/worktrees/workspace/config.worktree"), "/h/etc/git-empty");
