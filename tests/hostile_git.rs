@@ -648,6 +648,10 @@ async fn a_linked_worktree_has_git_inside_and_its_repository_stays_read_only() {
     assert!(!main.file(".git/hooks/pre-commit").exists());
     assert_eq!(project.read(".git"), dot_git, "the project's own .git file is untouched");
     assert!(!run.warnings().contains("git will not work"), "{}", run.warnings());
+    // The diff's snapshot borrowed the repository's objects and index: only a.py changed.
+    let report = run.report.as_ref().expect("a report");
+    assert_eq!(report["changed_files"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(report["changed_files"][0]["path"], "a.py", "{report}");
 }
 
 /// The `.git` file is the repository's word: one naming a directory of the user's that is no

@@ -4,14 +4,15 @@
 //! The snapshot lives in a private git directory on the harness tmpfs, never in the project's
 //! own `.git` (read-only, and its config is the repository's to set, not ours to run). With a
 //! separate `GIT_DIR`, no hook, fsmonitor or diff driver configured by the repository runs.
-//! For a git project, its object store is borrowed read-only (alternates) and its index
-//! copied, so the snapshot costs little more than hashing what is new.
+//! For a git project (a linked worktree's or a submodule's too), its object store is borrowed
+//! read-only (alternates) and its index copied, so the snapshot costs little more than hashing
+//! what is new.
 
 use std::time::Duration;
 
 use crate::project::CACHE_DIRS;
 use crate::report::ChangedFile;
-use crate::sandbox::{ExecRequest, HARNESS_DIR, Sandbox};
+use crate::sandbox::{ExecRequest, GIT_ROOT, HARNESS_DIR, Sandbox};
 
 fn env_prefix() -> String {
     format!(
@@ -32,15 +33,24 @@ git config core.autocrlf false
 git config core.quotepath false
 git config gc.auto 0
 printf '%s\n' {excludes} '*.pyc' > "$GIT_DIR/info/exclude"
+borrow() {{
+  echo "$1/objects" > "$GIT_DIR/objects/info/alternates"
+  cp "$2" "$GIT_DIR/index" 2>/dev/null || true
+}}
 if [ -d /workspace/.git/objects ]; then
-  echo /workspace/.git/objects > "$GIT_DIR/objects/info/alternates"
-  cp /workspace/.git/index "$GIT_DIR/index" 2>/dev/null || true
+  borrow /workspace/.git /workspace/.git/index
+elif [ -d {git_root}/worktrees/workspace ]; then
+  borrow {git_root} {git_root}/worktrees/workspace/index
+elif [ -d {git_root}/objects ]; then
+  borrow {git_root} {git_root}/index
 fi
 git add -A 2>/dev/null
 git write-tree > "$GIT_DIR/BASELINE"
 "#,
         env = env_prefix(),
-        excludes = excludes.join(" ")
+        excludes = excludes.join(" "),
+        // A linked worktree's or a submodule's repository (see `policy::GIT_ROOT`).
+        git_root = GIT_ROOT,
     )
 }
 
