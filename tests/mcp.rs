@@ -274,3 +274,282 @@ async fn isolate_keeps_the_project_and_writes_the_patch() {
     assert!(written.contains("+    return \"howdy\""), "{written}");
     assert!(stderr.contains(patch.to_str().unwrap()), "{stderr}");
 }
+
+/// `agentbox mcp` driven line by line over stdio (JSON-RPC), for what a well-behaved SDK client
+/// never does: many calls at once, huge arguments, cancellations, closing stdin mid-call. Every
+/// wait has a limit; on drop the server gets SIGTERM (it removes its sandbox), then SIGKILL.
+struct Raw {
+    child: std::process::Child,
+    /// Lines to write; dropped to close the server's stdin (the writer thread owns the pipe so
+    /// that a server that stops reading never blocks the test).
+    lines: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+    replies: std::sync::mpsc::Receiver<Value>,
+    /// Replies read while waiting for another one, in the order they came.
+    seen: Vec<Value>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Raw {
+    fn start(project: &Project, extra: &[&str]) -> Raw {
+        let mut child = agentbox()
+            .arg("mcp")
+            .args(extra)
+            .arg(project.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (lines, to_write) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for line in to_write {
+                if stdin.write_all(&line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while err.read_line(&mut line).is_ok_and(|n| n > 0) {
+                keep.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let mut raw = Raw {
+            child,
+            lines: Some(lines),
+            replies,
+            seen: Vec::new(),
+            stderr,
+        };
+        raw.send(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw-test", "version": "0"}}
+        }));
+        let init = raw.reply(0, Duration::from_secs(180));
+        assert!(init.get("result").is_some(), "initialize: {init}");
+        raw.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        raw
+    }
+
+    fn send(&self, message: &Value) {
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.lines.as_ref().expect("stdin closed").send(line).unwrap();
+    }
+
+    fn call(&self, id: u64, name: &str, arguments: Value) {
+        self.send(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}
+        }));
+    }
+
+    fn cancel(&self, id: u64) {
+        self.send(&serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "the test gave up"}
+        }));
+    }
+
+    /// The reply to request `id`, within `limit`; others read meanwhile are kept in `seen`.
+    fn reply(&mut self, id: u64, limit: Duration) -> Value {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(v) = self.seen.iter().find(|v| v["id"] == id) {
+                return v.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.replies.recv_timeout(left) {
+                Ok(v) => self.seen.push(v),
+                Err(e) => panic!(
+                    "no reply to {id} within {limit:?} ({e}); replies so far: {:?}\nstderr:\n{}",
+                    self.seen.iter().map(|v| v["id"].clone()).collect::<Vec<_>>(),
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// Where the reply to `id` came among the replies read so far.
+    fn position(&self, id: u64) -> usize {
+        self.seen.iter().position(|v| v["id"] == id).unwrap()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Close stdin (the client went away) and wait for the server to end, within `limit`.
+    fn close_and_wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        self.lines = None;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // What it printed last (the patch's path) is read before the pipe's end.
+                std::thread::sleep(Duration::from_millis(200));
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "agentbox mcp still running {limit:?} after stdin closed:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The most memory the server process has held so far (VmHWM), in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.lines = None;
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        for _ in 0..300 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn is_refused(reply: &Value) -> bool {
+    reply["result"]["isError"] == true
+        && reply["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("queue is full"))
+}
+
+/// Calls in flight are bounded, in number and in the bytes of their arguments: behind one slow
+/// call, the calls beyond the bound get an error result at once (before the slow call ends),
+/// and the server's memory stays near what the admitted calls hold.
+#[tokio::test]
+async fn calls_beyond_the_bound_are_refused_at_once() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut mcp = Raw::start(&project, &[]);
+
+    // By number: the slow call and four more are in flight; two more are refused.
+    mcp.call(1, "bash", serde_json::json!({"command": "sleep 8; echo slow-done"}));
+    for id in 2..=7 {
+        mcp.call(id, "bash", serde_json::json!({"command": format!("echo small-{id}")}));
+    }
+    let slow = mcp.reply(1, Duration::from_secs(60));
+    assert!(slow.to_string().contains("slow-done"), "{slow}");
+    let refused: Vec<u64> = (2..=7)
+        .filter(|&id| is_refused(&mcp.reply(id, Duration::from_secs(60))))
+        .collect();
+    assert_eq!(refused.len(), 2, "refused: {refused:?}; replies: {:?}", mcp.seen);
+    for &id in &refused {
+        assert!(mcp.position(id) < mcp.position(1), "{id} was refused only after the slow call");
+    }
+    for id in (2..=7).filter(|id| !refused.contains(id)) {
+        let r = mcp.reply(id, Duration::from_secs(1));
+        assert!(r.to_string().contains(&format!("small-{id}")), "{r}");
+    }
+
+    // By bytes: 15 MB of arguments each (a padding field the tool refuses, once it runs); two
+    // fit in the bound, the other eight are refused.
+    let pad = "x".repeat(15_000_000);
+    mcp.call(10, "bash", serde_json::json!({"command": "sleep 8; echo slow-done"}));
+    for id in 11..=20 {
+        mcp.call(id, "bash", serde_json::json!({"command": "true", "pad": pad}));
+    }
+    let slow = mcp.reply(10, Duration::from_secs(120));
+    assert!(slow.to_string().contains("slow-done"), "{slow}");
+    let refused: Vec<u64> = (11..=20)
+        .filter(|&id| is_refused(&mcp.reply(id, Duration::from_secs(60))))
+        .collect();
+    assert_eq!(refused.len(), 8, "refused: {refused:?}");
+    for &id in &refused {
+        assert!(mcp.position(id) < mcp.position(10), "{id} was refused only after the slow call");
+    }
+    let peak = mcp.peak_rss_kib();
+    eprintln!("agentbox mcp peak RSS (VmHWM) after 10 calls of 15 MB behind a slow one: {peak} KiB");
+    let status = mcp.close_and_wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", mcp.stderr());
+}
+
+/// A cancelled call that waits never runs; a cancelled call that runs is stopped, and the next
+/// call is answered at once.
+#[tokio::test]
+async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut mcp = Raw::start(&project, &[]);
+    mcp.call(1, "bash", serde_json::json!({"command": "sleep 40; echo slow > slow.txt"}));
+    mcp.call(2, "bash", serde_json::json!({"command": "echo ran > queued.txt"}));
+    std::thread::sleep(Duration::from_secs(2));
+    mcp.cancel(2);
+    std::thread::sleep(Duration::from_millis(500));
+    mcp.cancel(1);
+    mcp.call(3, "bash", serde_json::json!({"command": "ls; echo listed"}));
+    let after = mcp.reply(3, Duration::from_secs(25));
+    assert!(after.to_string().contains("listed"), "{after}");
+    assert!(!after.to_string().contains(".txt"), "{after}");
+    let status = mcp.close_and_wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+    assert!(!project.file("queued.txt").exists(), "the cancelled call ran");
+    assert!(!project.file("slow.txt").exists(), "the cancelled running call went on");
+}
+
+/// `--isolate`: the client goes away with a call running and one waiting; neither runs on
+/// while the changes are read back, so the patch has what was answered and nothing else.
+#[tokio::test]
+async fn isolate_reads_back_only_what_ran_before_the_client_went() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let out = tempfile::tempdir().unwrap();
+    let patch = out.path().join("mcp.patch");
+    let mut mcp = Raw::start(&project, &["--isolate", "--patch", patch.to_str().unwrap()]);
+    mcp.call(1, "bash", serde_json::json!({"command": "echo before > before.txt"}));
+    let first = mcp.reply(1, Duration::from_secs(60));
+    assert!(first["result"]["isError"] == false, "{first}");
+    mcp.call(2, "bash", serde_json::json!({"command": "sleep 3; echo slow > slow.txt"}));
+    mcp.call(3, "bash", serde_json::json!({"command": "echo queued > queued.txt"}));
+    std::thread::sleep(Duration::from_secs(1));
+    let status = mcp.close_and_wait(Duration::from_secs(90));
+    let stderr = mcp.stderr();
+    assert!(status.success(), "{status:?}\n{stderr}");
+    let written = std::fs::read_to_string(&patch)
+        .unwrap_or_else(|e| panic!("no patch ({e}):\n{stderr}"));
+    assert!(written.contains("before.txt"), "{written}");
+    assert!(!written.contains("queued.txt"), "a call queued when the client went ran:\n{written}");
+    assert!(!written.contains("slow.txt"), "the running call went on after the client went:\n{written}");
+    assert!(stderr.contains("1 file(s) changed"), "{stderr}");
+}
