@@ -465,9 +465,17 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
     let mut mcp = Raw::start(&project, &[]);
 
     // By number: the slow call and four more are in flight; two more are refused.
-    mcp.call(1, "bash", serde_json::json!({"command": "sleep 8; echo slow-done"}));
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "sleep 8; echo slow-done"}),
+    );
     for id in 2..=7 {
-        mcp.call(id, "bash", serde_json::json!({"command": format!("echo small-{id}")}));
+        mcp.call(
+            id,
+            "bash",
+            serde_json::json!({"command": format!("echo small-{id}")}),
+        );
     }
     let slow = mcp.reply(1, Duration::from_secs(60));
     assert!(slow.to_string().contains("slow-done"), "{slow}");
@@ -476,7 +484,10 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
         .collect();
     assert_eq!(refused.len(), 2, "refused: {refused:?}; replies: {:?}", mcp.seen);
     for &id in &refused {
-        assert!(mcp.position(id) < mcp.position(1), "{id} was refused only after the slow call");
+        assert!(
+            mcp.position(id) < mcp.position(1),
+            "{id} was refused only after the slow call"
+        );
     }
     for id in (2..=7).filter(|id| !refused.contains(id)) {
         let r = mcp.reply(id, Duration::from_secs(1));
@@ -486,7 +497,11 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
     // By bytes: 15 MB of arguments each (a padding field the tool refuses, once it runs); two
     // fit in the bound, the other eight are refused.
     let pad = "x".repeat(15_000_000);
-    mcp.call(10, "bash", serde_json::json!({"command": "sleep 8; echo slow-done"}));
+    mcp.call(
+        10,
+        "bash",
+        serde_json::json!({"command": "sleep 8; echo slow-done"}),
+    );
     for id in 11..=20 {
         mcp.call(id, "bash", serde_json::json!({"command": "true", "pad": pad}));
     }
@@ -497,7 +512,10 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
         .collect();
     assert_eq!(refused.len(), 8, "refused: {refused:?}");
     for &id in &refused {
-        assert!(mcp.position(id) < mcp.position(10), "{id} was refused only after the slow call");
+        assert!(
+            mcp.position(id) < mcp.position(10),
+            "{id} was refused only after the slow call"
+        );
     }
     let peak = mcp.peak_rss_kib();
     eprintln!("agentbox mcp peak RSS (VmHWM) after 10 calls of 15 MB behind a slow one: {peak} KiB");
@@ -512,7 +530,11 @@ async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
     let _ = docker().await;
     let project = Project::new(&[]);
     let mut mcp = Raw::start(&project, &[]);
-    mcp.call(1, "bash", serde_json::json!({"command": "sleep 40; echo slow > slow.txt"}));
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "sleep 40; echo slow > slow.txt"}),
+    );
     mcp.call(2, "bash", serde_json::json!({"command": "echo ran > queued.txt"}));
     std::thread::sleep(Duration::from_secs(2));
     mcp.cancel(2);
@@ -525,7 +547,10 @@ async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
     let status = mcp.close_and_wait(Duration::from_secs(60));
     assert!(status.success(), "{status:?}");
     assert!(!project.file("queued.txt").exists(), "the cancelled call ran");
-    assert!(!project.file("slow.txt").exists(), "the cancelled running call went on");
+    assert!(
+        !project.file("slow.txt").exists(),
+        "the cancelled running call went on"
+    );
 }
 
 /// `--isolate`: the client goes away with a call running and one waiting; neither runs on
@@ -537,19 +562,36 @@ async fn isolate_reads_back_only_what_ran_before_the_client_went() {
     let out = tempfile::tempdir().unwrap();
     let patch = out.path().join("mcp.patch");
     let mut mcp = Raw::start(&project, &["--isolate", "--patch", patch.to_str().unwrap()]);
-    mcp.call(1, "bash", serde_json::json!({"command": "echo before > before.txt"}));
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "echo before > before.txt"}),
+    );
     let first = mcp.reply(1, Duration::from_secs(60));
     assert!(first["result"]["isError"] == false, "{first}");
-    mcp.call(2, "bash", serde_json::json!({"command": "sleep 3; echo slow > slow.txt"}));
-    mcp.call(3, "bash", serde_json::json!({"command": "echo queued > queued.txt"}));
+    mcp.call(
+        2,
+        "bash",
+        serde_json::json!({"command": "sleep 3; echo slow > slow.txt"}),
+    );
+    mcp.call(
+        3,
+        "bash",
+        serde_json::json!({"command": "echo queued > queued.txt"}),
+    );
     std::thread::sleep(Duration::from_secs(1));
     let status = mcp.close_and_wait(Duration::from_secs(90));
     let stderr = mcp.stderr();
     assert!(status.success(), "{status:?}\n{stderr}");
-    let written = std::fs::read_to_string(&patch)
-        .unwrap_or_else(|e| panic!("no patch ({e}):\n{stderr}"));
+    let written = std::fs::read_to_string(&patch).unwrap_or_else(|e| panic!("no patch ({e}):\n{stderr}"));
     assert!(written.contains("before.txt"), "{written}");
-    assert!(!written.contains("queued.txt"), "a call queued when the client went ran:\n{written}");
-    assert!(!written.contains("slow.txt"), "the running call went on after the client went:\n{written}");
+    assert!(
+        !written.contains("queued.txt"),
+        "a call queued when the client went ran:\n{written}"
+    );
+    assert!(
+        !written.contains("slow.txt"),
+        "the running call went on after the client went:\n{written}"
+    );
     assert!(stderr.contains("1 file(s) changed"), "{stderr}");
 }
