@@ -389,9 +389,23 @@ impl Raw {
         }
     }
 
-    /// Where the reply to `id` came among the replies read so far.
-    fn position(&self, id: u64) -> usize {
-        self.seen.iter().position(|v| v["id"] == id).unwrap()
+    /// The ids of the next `n` replies, each within `limit`, which must all be refusals (the
+    /// calls admitted wait behind a slow one, so nothing else can be answered meanwhile).
+    fn refusals(&mut self, n: usize, limit: Duration) -> Vec<u64> {
+        let mut ids = Vec::new();
+        while ids.len() < n {
+            let r = self.replies.recv_timeout(limit).unwrap_or_else(|e| {
+                panic!(
+                    "{} refusal(s) of {n} within {limit:?} ({e}): {ids:?}\nstderr:\n{}",
+                    ids.len(),
+                    self.stderr()
+                )
+            });
+            assert!(is_refused(&r), "not a refusal: {r}");
+            ids.push(r["id"].as_u64().unwrap());
+            self.seen.push(r);
+        }
+        ids
     }
 
     fn stderr(&self) -> String {
@@ -456,20 +470,30 @@ fn is_refused(reply: &Value) -> bool {
 }
 
 /// Calls in flight are bounded, in number and in the bytes of their arguments: behind one slow
-/// call, the calls beyond the bound get an error result at once (before the slow call ends),
-/// and the server's memory stays near what the admitted calls hold.
+/// call (it waits for a file the test creates on the host), the calls beyond the bound get an
+/// error result at once, while it still runs; the others run after it.
 #[tokio::test]
 async fn calls_beyond_the_bound_are_refused_at_once() {
     let _ = docker().await;
     let project = Project::new(&[]);
     let mut mcp = Raw::start(&project, &[]);
+    let gated = |gate: &str| serde_json::json!({"command": format!("touch {gate}.running; until [ -e {gate} ]; do sleep 0.1; done; echo slow-done")});
+    // The slow call holds the turn before the others are sent (they could take it first).
+    let running = |gate: &str| {
+        let marker = project.file(&format!("{gate}.running"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !marker.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slow call did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
 
     // By number: the slow call and four more are in flight; two more are refused.
-    mcp.call(
-        1,
-        "bash",
-        serde_json::json!({"command": "sleep 8; echo slow-done"}),
-    );
+    mcp.call(1, "bash", gated("gate1"));
+    running("gate1");
     for id in 2..=7 {
         mcp.call(
             id,
@@ -477,45 +501,30 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
             serde_json::json!({"command": format!("echo small-{id}")}),
         );
     }
+    let refused = mcp.refusals(2, Duration::from_secs(60));
+    std::fs::write(project.file("gate1"), "").unwrap();
     let slow = mcp.reply(1, Duration::from_secs(60));
     assert!(slow.to_string().contains("slow-done"), "{slow}");
-    let refused: Vec<u64> = (2..=7)
-        .filter(|&id| is_refused(&mcp.reply(id, Duration::from_secs(60))))
-        .collect();
-    assert_eq!(refused.len(), 2, "refused: {refused:?}; replies: {:?}", mcp.seen);
-    for &id in &refused {
-        assert!(
-            mcp.position(id) < mcp.position(1),
-            "{id} was refused only after the slow call"
-        );
-    }
     for id in (2..=7).filter(|id| !refused.contains(id)) {
-        let r = mcp.reply(id, Duration::from_secs(1));
+        let r = mcp.reply(id, Duration::from_secs(60));
         assert!(r.to_string().contains(&format!("small-{id}")), "{r}");
     }
 
     // By bytes: 15 MB of arguments each (a padding field the tool refuses, once it runs); two
     // fit in the bound, the other eight are refused.
     let pad = "x".repeat(15_000_000);
-    mcp.call(
-        10,
-        "bash",
-        serde_json::json!({"command": "sleep 8; echo slow-done"}),
-    );
+    mcp.call(10, "bash", gated("gate2"));
+    running("gate2");
     for id in 11..=20 {
         mcp.call(id, "bash", serde_json::json!({"command": "true", "pad": pad}));
     }
-    let slow = mcp.reply(10, Duration::from_secs(120));
+    let refused = mcp.refusals(8, Duration::from_secs(120));
+    std::fs::write(project.file("gate2"), "").unwrap();
+    let slow = mcp.reply(10, Duration::from_secs(60));
     assert!(slow.to_string().contains("slow-done"), "{slow}");
-    let refused: Vec<u64> = (11..=20)
-        .filter(|&id| is_refused(&mcp.reply(id, Duration::from_secs(60))))
-        .collect();
-    assert_eq!(refused.len(), 8, "refused: {refused:?}");
-    for &id in &refused {
-        assert!(
-            mcp.position(id) < mcp.position(10),
-            "{id} was refused only after the slow call"
-        );
+    for id in (11..=20).filter(|id| !refused.contains(id)) {
+        let r = mcp.reply(id, Duration::from_secs(60));
+        assert!(!is_refused(&r), "{r}");
     }
     let peak = mcp.peak_rss_kib();
     eprintln!("agentbox mcp peak RSS (VmHWM) after 10 calls of 15 MB behind a slow one: {peak} KiB");
@@ -544,8 +553,13 @@ async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
     let after = mcp.reply(3, Duration::from_secs(25));
     assert!(after.to_string().contains("listed"), "{after}");
     assert!(!after.to_string().contains(".txt"), "{after}");
+    // The calls after write as the cancelled ones would have.
+    mcp.call(4, "bash", serde_json::json!({"command": "echo ok > control.txt"}));
+    let control = mcp.reply(4, Duration::from_secs(25));
+    assert!(control.to_string().contains("exit 0"), "{control}");
     let status = mcp.close_and_wait(Duration::from_secs(60));
     assert!(status.success(), "{status:?}");
+    assert_eq!(project.read("control.txt"), "ok\n");
     assert!(!project.file("queued.txt").exists(), "the cancelled call ran");
     assert!(
         !project.file("slow.txt").exists(),
@@ -558,7 +572,13 @@ async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
 #[tokio::test]
 async fn isolate_reads_back_only_what_ran_before_the_client_went() {
     let _ = docker().await;
-    let project = Project::new(&[]);
+    // Files that exist: the copy's root is not the sandbox user's to create files in when the
+    // project belongs to another uid (the tests' projects do, as root).
+    let project = Project::new(&[
+        ("before.txt", "old\n"),
+        ("slow.txt", "old\n"),
+        ("queued.txt", "old\n"),
+    ]);
     let out = tempfile::tempdir().unwrap();
     let patch = out.path().join("mcp.patch");
     let mut mcp = Raw::start(&project, &["--isolate", "--patch", patch.to_str().unwrap()]);
@@ -568,7 +588,7 @@ async fn isolate_reads_back_only_what_ran_before_the_client_went() {
         serde_json::json!({"command": "echo before > before.txt"}),
     );
     let first = mcp.reply(1, Duration::from_secs(60));
-    assert!(first["result"]["isError"] == false, "{first}");
+    assert!(first.to_string().contains("exit 0"), "{first}");
     mcp.call(
         2,
         "bash",
@@ -584,7 +604,7 @@ async fn isolate_reads_back_only_what_ran_before_the_client_went() {
     let stderr = mcp.stderr();
     assert!(status.success(), "{status:?}\n{stderr}");
     let written = std::fs::read_to_string(&patch).unwrap_or_else(|e| panic!("no patch ({e}):\n{stderr}"));
-    assert!(written.contains("before.txt"), "{written}");
+    assert!(written.contains("before.txt"), "{written}\n{stderr}");
     assert!(
         !written.contains("queued.txt"),
         "a call queued when the client went ran:\n{written}"

@@ -179,8 +179,9 @@ impl Server {
             why = &mut stop => return not_run(why),
             turn = self.inner.turn.lock() => turn,
         };
-        let run = self.run(name, arguments);
-        tokio::pin!(run);
+        // Boxed, not pinned on the stack: dropping it must end it (and free the executor it
+        // holds) before the sandbox is told to stop its command.
+        let mut run = Box::pin(self.run(name, arguments));
         tokio::select! {
             biased;
             done = &mut run => done,
