@@ -462,6 +462,20 @@ impl Drop for Raw {
     }
 }
 
+/// Wait for a call to have made `marker` in the project: it holds the turn (calls sent at once
+/// race for it).
+fn started(project: &Project, marker: &str) {
+    let marker = project.file(marker);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow call did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn is_refused(reply: &Value) -> bool {
     reply["result"]["isError"] == true
         && reply["result"]["content"][0]["text"]
@@ -479,17 +493,7 @@ async fn calls_beyond_the_bound_are_refused_at_once() {
     let mut mcp = Raw::start(&project, &[]);
     let gated = |gate: &str| serde_json::json!({"command": format!("touch {gate}.running; until [ -e {gate} ]; do sleep 0.1; done; echo slow-done")});
     // The slow call holds the turn before the others are sent (they could take it first).
-    let running = |gate: &str| {
-        let marker = project.file(&format!("{gate}.running"));
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !marker.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the slow call did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let running = |gate: &str| started(&project, &format!("{gate}.running"));
 
     // By number: the slow call and four more are in flight; two more are refused.
     mcp.call(1, "bash", gated("gate1"));
@@ -542,10 +546,11 @@ async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
     mcp.call(
         1,
         "bash",
-        serde_json::json!({"command": "sleep 40; echo slow > slow.txt"}),
+        serde_json::json!({"command": "touch started; sleep 40; echo slow > slow.txt"}),
     );
+    started(&project, "started");
     mcp.call(2, "bash", serde_json::json!({"command": "echo ran > queued.txt"}));
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(1));
     mcp.cancel(2);
     std::thread::sleep(Duration::from_millis(500));
     mcp.cancel(1);
@@ -592,8 +597,10 @@ async fn isolate_reads_back_only_what_ran_before_the_client_went() {
     mcp.call(
         2,
         "bash",
-        serde_json::json!({"command": "sleep 3; echo slow > slow.txt"}),
+        serde_json::json!({"command": "sleep 5; echo slow > slow.txt"}),
     );
+    // The copy is not the host's to watch: time for the slow call to take the turn.
+    std::thread::sleep(Duration::from_secs(1));
     mcp.call(
         3,
         "bash",
