@@ -1,5 +1,9 @@
 //! `agentbox mcp` driven by a real third-party MCP client: the official MCP Python SDK from
 //! PyPI, in a venv `scripts/mcp-client-venv` makes (idempotently) on first use. Real Docker.
+#![allow(
+    clippy::disallowed_macros,
+    reason = "a test's own report (the peak RSS measured), not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
