@@ -236,6 +236,18 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub trust: TrustArgs,
 
+    /// A host setup may reach (as for `run`): TLS to it is checked too.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
+
+    /// Check only the --allow-host hosts, not the registries the image's package managers use.
+    #[arg(long)]
+    pub no_default_registries: bool,
+
+    /// Skip the check that reaches the network (TLS to the registries, from a sandbox).
+    #[arg(long)]
+    pub no_network: bool,
+
     /// Also check this project directory (owner, .git) before you run agentbox on it.
     pub project: Option<PathBuf>,
 }

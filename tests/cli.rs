@@ -170,7 +170,7 @@ fn a_git_symlink_is_refused() {
 
 #[test]
 fn doctor_passes_here_and_explains_a_missing_daemon() {
-    let out = run(agentbox().arg("doctor"));
+    let out = run(agentbox().args(["doctor", "--no-network"]));
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
     for check in [
@@ -183,7 +183,7 @@ fn doctor_passes_here_and_explains_a_missing_daemon() {
     }
     let out = run(agentbox()
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-        .arg("doctor"));
+        .args(["doctor", "--no-network"]));
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     assert!(

@@ -528,7 +528,7 @@ async fn doctor_says_which_image_and_tests_a_run_would_choose() {
         )],
     );
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
-        .arg("doctor")
+        .args(["doctor", "--no-network"])
         .arg(mixed.path())
         .env("AGENTBOX_CONFIG", "")
         .env_remove("AGENTBOX_IMAGE")

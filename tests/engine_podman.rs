@@ -309,7 +309,7 @@ async fn doctor_names_podman_and_what_it_adapts() {
     let Some((host, docker)) = podman().await else {
         return;
     };
-    let out = agentbox_on(&host, &docker, &["doctor"]).await;
+    let out = agentbox_on(&host, &docker, &["doctor", "--no-network"]).await;
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("engine: Podman "), "{stdout}");

@@ -212,7 +212,7 @@ async fn exec_on_a_tls_engine_runs_as_the_owner_with_a_name() {
 async fn doctor_checks_the_policy_on_a_tls_engine() {
     let Some(second) = second() else { return };
     let mut cmd = on_engine(&second.tls_host, Some(&second.certs));
-    cmd.arg("doctor");
+    cmd.args(["doctor", "--no-network"]);
     let (code, stdout, stderr, _) = output(cmd).await;
     let all = format!("{stdout}{stderr}");
     assert_eq!(code, Some(0), "{all}");

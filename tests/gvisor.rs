@@ -92,7 +92,7 @@ fn a_runtime_the_daemon_does_not_know_is_named_with_those_it_knows() {
 #[tokio::test]
 async fn doctor_lists_the_daemons_runtimes_and_its_default() {
     let (names, default) = runtimes().await;
-    let out = run(agentbox().arg("doctor"));
+    let out = run(agentbox().args(["doctor", "--no-network"]));
     let report = text(&out.stdout);
     let line = report
         .lines()

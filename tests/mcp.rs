@@ -1,5 +1,9 @@
 //! `agentbox mcp` driven by a real third-party MCP client: the official MCP Python SDK from
 //! PyPI, in a venv `scripts/mcp-client-venv` makes (idempotently) on first use. Real Docker.
+#![allow(
+    clippy::disallowed_macros,
+    reason = "a test's own report (the peak RSS measured), not agentbox's output"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is the failure report
 
 mod support;
@@ -273,4 +277,352 @@ async fn isolate_keeps_the_project_and_writes_the_patch() {
     let written = std::fs::read_to_string(&patch).unwrap();
     assert!(written.contains("+    return \"howdy\""), "{written}");
     assert!(stderr.contains(patch.to_str().unwrap()), "{stderr}");
+}
+
+/// `agentbox mcp` driven line by line over stdio (JSON-RPC), for what a well-behaved SDK client
+/// never does: many calls at once, huge arguments, cancellations, closing stdin mid-call. Every
+/// wait has a limit; on drop the server gets SIGTERM (it removes its sandbox), then SIGKILL.
+struct Raw {
+    child: std::process::Child,
+    /// Lines to write; dropped to close the server's stdin (the writer thread owns the pipe so
+    /// that a server that stops reading never blocks the test).
+    lines: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+    replies: std::sync::mpsc::Receiver<Value>,
+    /// Replies read while waiting for another one, in the order they came.
+    seen: Vec<Value>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Raw {
+    fn start(project: &Project, extra: &[&str]) -> Raw {
+        let mut child = agentbox()
+            .arg("mcp")
+            .args(extra)
+            .arg(project.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (lines, to_write) = std::sync::mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for line in to_write {
+                if stdin.write_all(&line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while err.read_line(&mut line).is_ok_and(|n| n > 0) {
+                keep.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let mut raw = Raw {
+            child,
+            lines: Some(lines),
+            replies,
+            seen: Vec::new(),
+            stderr,
+        };
+        raw.send(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw-test", "version": "0"}}
+        }));
+        let init = raw.reply(0, Duration::from_secs(180));
+        assert!(init.get("result").is_some(), "initialize: {init}");
+        raw.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        raw
+    }
+
+    fn send(&self, message: &Value) {
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.lines.as_ref().expect("stdin closed").send(line).unwrap();
+    }
+
+    fn call(&self, id: u64, name: &str, arguments: Value) {
+        self.send(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}
+        }));
+    }
+
+    fn cancel(&self, id: u64) {
+        self.send(&serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "the test gave up"}
+        }));
+    }
+
+    /// The reply to request `id`, within `limit`; others read meanwhile are kept in `seen`.
+    fn reply(&mut self, id: u64, limit: Duration) -> Value {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(v) = self.seen.iter().find(|v| v["id"] == id) {
+                return v.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.replies.recv_timeout(left) {
+                Ok(v) => self.seen.push(v),
+                Err(e) => panic!(
+                    "no reply to {id} within {limit:?} ({e}); replies so far: {:?}\nstderr:\n{}",
+                    self.seen.iter().map(|v| v["id"].clone()).collect::<Vec<_>>(),
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// The ids of the next `n` replies, each within `limit`, which must all be refusals (the
+    /// calls admitted wait behind a slow one, so nothing else can be answered meanwhile).
+    fn refusals(&mut self, n: usize, limit: Duration) -> Vec<u64> {
+        let mut ids = Vec::new();
+        while ids.len() < n {
+            let r = self.replies.recv_timeout(limit).unwrap_or_else(|e| {
+                panic!(
+                    "{} refusal(s) of {n} within {limit:?} ({e}): {ids:?}\nstderr:\n{}",
+                    ids.len(),
+                    self.stderr()
+                )
+            });
+            assert!(is_refused(&r), "not a refusal: {r}");
+            ids.push(r["id"].as_u64().unwrap());
+            self.seen.push(r);
+        }
+        ids
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Close stdin (the client went away) and wait for the server to end, within `limit`.
+    fn close_and_wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        self.lines = None;
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // What it printed last (the patch's path) is read before the pipe's end.
+                std::thread::sleep(Duration::from_millis(200));
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "agentbox mcp still running {limit:?} after stdin closed:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The most memory the server process has held so far (VmHWM), in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.lines = None;
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        for _ in 0..300 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait for a call to have made `marker` in the project: it holds the turn (calls sent at once
+/// race for it).
+fn started(project: &Project, marker: &str) {
+    let marker = project.file(marker);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow call did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_refused(reply: &Value) -> bool {
+    reply["result"]["isError"] == true
+        && reply["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("queue is full"))
+}
+
+/// Calls in flight are bounded, in number and in the bytes of their arguments: behind one slow
+/// call (it waits for a file the test creates on the host), the calls beyond the bound get an
+/// error result at once, while it still runs; the others run after it.
+#[tokio::test]
+async fn calls_beyond_the_bound_are_refused_at_once() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut mcp = Raw::start(&project, &[]);
+    let gated = |gate: &str| serde_json::json!({"command": format!("touch {gate}.running; until [ -e {gate} ]; do sleep 0.1; done; echo slow-done")});
+    // The slow call holds the turn before the others are sent (they could take it first).
+    let running = |gate: &str| started(&project, &format!("{gate}.running"));
+
+    // By number: the slow call and four more are in flight; two more are refused.
+    mcp.call(1, "bash", gated("gate1"));
+    running("gate1");
+    for id in 2..=7 {
+        mcp.call(
+            id,
+            "bash",
+            serde_json::json!({"command": format!("echo small-{id}")}),
+        );
+    }
+    let refused = mcp.refusals(2, Duration::from_secs(60));
+    std::fs::write(project.file("gate1"), "").unwrap();
+    let slow = mcp.reply(1, Duration::from_secs(60));
+    assert!(slow.to_string().contains("slow-done"), "{slow}");
+    for id in (2..=7).filter(|id| !refused.contains(id)) {
+        let r = mcp.reply(id, Duration::from_secs(60));
+        assert!(r.to_string().contains(&format!("small-{id}")), "{r}");
+    }
+
+    // By bytes: 15 MB of arguments each (a padding field the tool refuses, once it runs); two
+    // fit in the bound, the other eight are refused.
+    let pad = "x".repeat(15_000_000);
+    mcp.call(10, "bash", gated("gate2"));
+    running("gate2");
+    for id in 11..=20 {
+        mcp.call(id, "bash", serde_json::json!({"command": "true", "pad": pad}));
+    }
+    let refused = mcp.refusals(8, Duration::from_secs(120));
+    std::fs::write(project.file("gate2"), "").unwrap();
+    let slow = mcp.reply(10, Duration::from_secs(60));
+    assert!(slow.to_string().contains("slow-done"), "{slow}");
+    for id in (11..=20).filter(|id| !refused.contains(id)) {
+        let r = mcp.reply(id, Duration::from_secs(60));
+        assert!(!is_refused(&r), "{r}");
+    }
+    let peak = mcp.peak_rss_kib();
+    eprintln!("agentbox mcp peak RSS (VmHWM) after 10 calls of 15 MB behind a slow one: {peak} KiB");
+    let status = mcp.close_and_wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{}", mcp.stderr());
+}
+
+/// A cancelled call that waits never runs; a cancelled call that runs is stopped, and the next
+/// call is answered at once.
+#[tokio::test]
+async fn a_cancelled_call_never_runs_and_a_running_one_stops() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut mcp = Raw::start(&project, &[]);
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "touch started; sleep 40; echo slow > slow.txt"}),
+    );
+    started(&project, "started");
+    mcp.call(2, "bash", serde_json::json!({"command": "echo ran > queued.txt"}));
+    std::thread::sleep(Duration::from_secs(1));
+    mcp.cancel(2);
+    std::thread::sleep(Duration::from_millis(500));
+    mcp.cancel(1);
+    mcp.call(3, "bash", serde_json::json!({"command": "ls; echo listed"}));
+    let after = mcp.reply(3, Duration::from_secs(25));
+    assert!(after.to_string().contains("listed"), "{after}");
+    assert!(!after.to_string().contains(".txt"), "{after}");
+    // The calls after write as the cancelled ones would have.
+    mcp.call(4, "bash", serde_json::json!({"command": "echo ok > control.txt"}));
+    let control = mcp.reply(4, Duration::from_secs(25));
+    assert!(control.to_string().contains("exit 0"), "{control}");
+    let status = mcp.close_and_wait(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}");
+    assert_eq!(project.read("control.txt"), "ok\n");
+    assert!(!project.file("queued.txt").exists(), "the cancelled call ran");
+    assert!(
+        !project.file("slow.txt").exists(),
+        "the cancelled running call went on"
+    );
+}
+
+/// `--isolate`: the client goes away with a call running and one waiting; neither runs on
+/// while the changes are read back, so the patch has what was answered and nothing else.
+#[tokio::test]
+async fn isolate_reads_back_only_what_ran_before_the_client_went() {
+    let _ = docker().await;
+    // Files that exist: the copy's root is not the sandbox user's to create files in when the
+    // project belongs to another uid (the tests' projects do, as root).
+    let project = Project::new(&[
+        ("before.txt", "old\n"),
+        ("slow.txt", "old\n"),
+        ("queued.txt", "old\n"),
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let patch = out.path().join("mcp.patch");
+    let mut mcp = Raw::start(&project, &["--isolate", "--patch", patch.to_str().unwrap()]);
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "echo before > before.txt"}),
+    );
+    let first = mcp.reply(1, Duration::from_secs(60));
+    assert!(first.to_string().contains("exit 0"), "{first}");
+    mcp.call(
+        2,
+        "bash",
+        serde_json::json!({"command": "sleep 5; echo slow > slow.txt"}),
+    );
+    // The copy is not the host's to watch: time for the slow call to take the turn.
+    std::thread::sleep(Duration::from_secs(1));
+    mcp.call(
+        3,
+        "bash",
+        serde_json::json!({"command": "echo queued > queued.txt"}),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let status = mcp.close_and_wait(Duration::from_secs(90));
+    let stderr = mcp.stderr();
+    assert!(status.success(), "{status:?}\n{stderr}");
+    let written = std::fs::read_to_string(&patch).unwrap_or_else(|e| panic!("no patch ({e}):\n{stderr}"));
+    assert!(written.contains("before.txt"), "{written}\n{stderr}");
+    assert!(
+        !written.contains("queued.txt"),
+        "a call queued when the client went ran:\n{written}"
+    );
+    assert!(
+        !written.contains("slow.txt"),
+        "the running call went on after the client went:\n{written}"
+    );
+    assert!(stderr.contains("1 file(s) changed"), "{stderr}");
 }

@@ -570,6 +570,90 @@ async fn remove_caches(project: &Project) {
     }
 }
 
+/// `doctor` checks, from a sandbox through the egress proxy and with the trust setup passes in,
+/// that TLS to what setup would reach verifies: an index signed by a CA that only the host's
+/// bundle holds verifies with that bundle, and without it is a failure naming the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_tls_to_what_setup_reaches_with_the_hosts_trust() {
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::https(simple_index("agentbox-fixture-pkg", &file, data), "localhost").await;
+    let port = index.addr.port();
+    let host = tempfile::tempdir().unwrap();
+    let host_bundle = host.path().join("host-bundle.pem");
+    std::fs::write(&host_bundle, index.ca_pem.clone().unwrap()).unwrap();
+    let target = format!("127.0.0.1:{port}");
+    let doctor = |env: Vec<(&'static str, String)>, extra: Vec<String>| {
+        let target = target.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = agentbox();
+            cmd.args([
+                "doctor",
+                "--no-default-registries",
+                "--allow-host",
+                target.as_str(),
+            ]);
+            cmd.args(&extra);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let out = run(&mut cmd);
+            (out.status.code(), text(&out.stdout))
+        })
+    };
+    let (code, out) = doctor(vec![("SSL_CERT_FILE", host_bundle.display().to_string())], vec![])
+        .await
+        .unwrap();
+    assert!(
+        out.contains(&format!("[ok  ] registries: TLS to {target} verifies from"))
+            && out.contains("the host's CA bundle (SSL_CERT_FILE)"),
+        "{out}"
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        index.requests.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the index was reached"
+    );
+
+    // The system bundle does not hold the test's CA: a failure, with what to do.
+    let (code, out) = doctor(vec![("SSL_CERT_FILE", String::new())], vec![])
+        .await
+        .unwrap();
+    assert!(
+        out.contains(&format!(
+            "[FAIL] registries: TLS to {target} does not verify from"
+        )) && out.contains("certificate verify failed")
+            && out.contains("give its CA certificate with --ca-cert FILE"),
+        "{out}"
+    );
+    assert_eq!(code, Some(1), "{out}");
+
+    // --ca-cert is what setup would trust too.
+    let (code, out) = doctor(
+        vec![("SSL_CERT_FILE", String::new())],
+        vec![
+            "--no-host-ca".into(),
+            "--ca-cert".into(),
+            host_bundle.display().to_string(),
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.contains(&format!("[ok  ] registries: TLS to {target} verifies from")),
+        "{out}"
+    );
+    assert_eq!(code, Some(0), "{out}");
+
+    // --no-network: nothing reached.
+    let before = index.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let (_, out) = doctor(vec![], vec!["--no-network".into()]).await.unwrap();
+    assert!(
+        out.contains("[ok  ] registries: not checked (--no-network)"),
+        "{out}"
+    );
+    assert_eq!(index.requests.load(std::sync::atomic::Ordering::SeqCst), before);
+}
+
 /// A network that re-signs TLS, on loopback: an HTTPS index whose certificate only the host's
 /// bundle (`SSL_CERT_FILE`, for this run) trusts. With it, setup's pip installs through the
 /// proxy and the agent's commands (`--agent-network allowlist`) verify too, the bundle mounted

@@ -10,9 +10,10 @@ use bollard::Docker;
 use crate::cli::DoctorArgs;
 use crate::config::SandboxConfig;
 use crate::image::{KNOWN, KnownImage, image_exists, image_labels, which};
+use crate::project::Ecosystem;
 use crate::sandbox::Cleanup;
 use crate::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker, docker_endpoint, gc};
-use crate::toolchain::image_toolchains;
+use crate::toolchain::{Toolchain, image_toolchains};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Level {
@@ -78,12 +79,35 @@ pub async fn run(args: DoctorArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     check_engine(&engine, &endpoint, &cfg, &mut r);
     check_runtimes(&docker, &cfg, engine.is_podman(), &mut r).await;
     let image_ok = check_image(&docker, &cfg, &mut r).await;
+    let mut detected = None;
     if let Some(project) = &args.project {
         check_project(project, &mut r);
-        check_detection(&docker, &cfg, project, &mut r).await;
+        detected = check_detection(&docker, &cfg, project, &mut r).await;
     }
     if image_ok {
         check_policy(&docker, &cfg, engine.enforces_limits(), &mut r).await;
+    }
+    if args.no_network {
+        r.line(Level::Ok, "registries", "not checked (--no-network)", None);
+    } else if image_ok || detected.is_some() {
+        // The image and ecosystems a run would set up: the project's, else the default
+        // image's own toolchains.
+        let (image, ecosystems) = match detected {
+            Some(d) => d,
+            None => {
+                let labels = image_labels(&docker, &cfg.image)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                let ecosystems = image_toolchains(&labels)
+                    .into_iter()
+                    .map(|(t, _)| ecosystem_of(t))
+                    .collect::<Vec<_>>();
+                (cfg.image.clone(), ecosystems)
+            }
+        };
+        check_registries(&cfg, &args, image, &ecosystems, &mut r).await;
     }
     match gc::collect(&docker, false, true)
         .await
@@ -305,25 +329,38 @@ async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) -> bo
 
 /// What `run` would choose for the project: its image (and whether it is here) and its test
 /// commands, with what detection left out.
-async fn check_detection(docker: &Docker, cfg: &SandboxConfig, project: &Path, r: &mut Report) {
+/// The image a run would use and the project's ecosystems, when that image is here.
+async fn check_detection(
+    docker: &Docker,
+    cfg: &SandboxConfig,
+    project: &Path,
+    r: &mut Report,
+) -> Option<(String, Vec<Ecosystem>)> {
     if !project.is_dir() {
-        return;
+        return None;
     }
     let root = project.to_path_buf();
     let Ok(detection) = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await else {
-        return;
+        return None;
     };
+    let mut usable = None;
     let choice = crate::session::choose_image(cfg, project, &detection).await;
     for note in &choice.notes {
         r.line(Level::Warn, "project", note, None);
     }
     match image_exists(docker, &choice.image).await {
-        Ok(true) => r.line(
-            Level::Ok,
-            "project",
-            format!("runs in {} ({})", choice.image, choice.reason),
-            None,
-        ),
+        Ok(true) => {
+            r.line(
+                Level::Ok,
+                "project",
+                format!("runs in {} ({})", choice.image, choice.reason),
+                None,
+            );
+            usable = Some((
+                choice.image.clone(),
+                detection.ecosystems.iter().map(|(e, _)| *e).collect(),
+            ));
+        }
         _ => r.line(
             Level::Fail,
             "project",
@@ -353,6 +390,101 @@ async fn check_detection(docker: &Docker, cfg: &SandboxConfig, project: &Path, r
     }
     for note in &detection.notes {
         r.line(Level::Ok, "project", note, None);
+    }
+    usable
+}
+
+fn ecosystem_of(t: Toolchain) -> Ecosystem {
+    match t {
+        Toolchain::Python => Ecosystem::Python,
+        Toolchain::Node => Ecosystem::Node,
+        Toolchain::Rust => Ecosystem::Rust,
+        Toolchain::Go => Ecosystem::Go,
+    }
+}
+
+/// TLS to each registry setup would reach, verified from a sandbox of `image` through the
+/// egress proxy with the trust setup passes in: a re-signing proxy the sandbox does not trust
+/// is found here, before a setup fails on it.
+async fn check_registries(
+    cfg: &SandboxConfig,
+    args: &DoctorArgs,
+    image: String,
+    ecosystems: &[Ecosystem],
+    r: &mut Report,
+) {
+    let allow = match args
+        .allow_host
+        .iter()
+        .map(|h| h.parse::<crate::egress::Rule>())
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(a) => a,
+        Err(e) => {
+            r.line(Level::Fail, "registries", format!("--allow-host: {e}"), None);
+            return;
+        }
+    };
+    let setup = crate::config::SetupSettings {
+        allow,
+        no_default_registries: args.no_default_registries,
+        trust: crate::config::TrustSettings::from_args(&args.trust),
+        ..Default::default()
+    };
+    let mut cfg = cfg.clone();
+    cfg.image = image;
+    let check = match crate::session::setup_phase::check_registry_tls(&cfg, &setup, ecosystems).await {
+        Ok(c) => c,
+        Err(e @ crate::session::setup_phase::SetupError::Remote { .. }) => {
+            r.line(Level::Warn, "registries", format!("not checked: {e}"), None);
+            return;
+        }
+        Err(e) => {
+            // Not a finding about TLS: the policy check above already fails when no sandbox
+            // starts.
+            r.line(Level::Warn, "registries", format!("cannot check TLS: {e}"), None);
+            return;
+        }
+    };
+    for note in &check.notes {
+        r.line(Level::Ok, "registries", note.trim_start_matches("setup: "), None);
+    }
+    if check.results.is_empty() {
+        r.line(
+            Level::Ok,
+            "registries",
+            format!(
+                "none to check in {} (no default registry for its ecosystems, no --allow-host)",
+                cfg.image
+            ),
+            None,
+        );
+    }
+    for (host, verdict) in &check.results {
+        use crate::session::setup_phase::TlsVerdict;
+        match verdict {
+            TlsVerdict::Verified => r.line(
+                Level::Ok,
+                "registries",
+                format!(
+                    "TLS to {host} verifies from {} (trusting the image's CAs and {})",
+                    cfg.image, check.trusted
+                ),
+                None,
+            ),
+            TlsVerdict::Untrusted(why) => r.line(
+                Level::Fail,
+                "registries",
+                format!("TLS to {host} does not verify from {}: {why}", cfg.image),
+                Some(&check.hint),
+            ),
+            TlsVerdict::Unreachable(why) => r.line(
+                Level::Warn,
+                "registries",
+                format!("{host} not reached from {} through the proxy: {why}", cfg.image),
+                Some("setup needs it reachable: check this network's route or proxy to it"),
+            ),
+        }
     }
 }
 

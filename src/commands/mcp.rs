@@ -77,7 +77,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let served = async {
         let running = server
             .clone()
-            .serve(rmcp::transport::stdio())
+            .serve((server.stdin(), tokio::io::stdout()))
             .await
             .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
         let stop = running.cancellation_token();
@@ -90,6 +90,9 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         anyhow::Ok(())
     }
     .await;
+    // From here no call runs: those waiting give up, the one running is stopped, and the turn
+    // is held to the end, so the read-back sees the sandbox as the calls answered left it.
+    let _turn = server.end().await;
     // The client is gone: what it left running in the background ends with the session (before
     // the read-back, which needs the sandbox quiet).
     if let Ok(Ok(stopped)) = server

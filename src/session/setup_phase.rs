@@ -839,3 +839,151 @@ fn merge(stdout: &str, stderr: &str) -> String {
         (false, false) => format!("{stdout}\n{stderr}"),
     }
 }
+
+/// What `doctor` learned of one registry setup would use.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TlsVerdict {
+    /// The handshake verified (whatever the server then answered).
+    Verified,
+    /// The certificate was not trusted: the image's CAs and what was passed in do not vouch
+    /// for it. The client's words.
+    Untrusted(String),
+    /// Not reached (the proxy refused, no route, a timeout): says nothing of TLS.
+    Unreachable(String),
+}
+
+/// `doctor`'s registry check: each host and its verdict, what was learned on the way, and
+/// what to do if a certificate was not trusted.
+#[derive(Debug, Default)]
+pub struct TlsCheck {
+    pub results: Vec<(String, TlsVerdict)>,
+    pub notes: Vec<String>,
+    /// What the sandbox trusted besides the image's CAs.
+    pub trusted: String,
+    /// The certificate hint setup itself would give.
+    pub hint: String,
+}
+
+/// A TLS handshake with each `HOST[:PORT]` given, through the proxy named by the sandbox's
+/// environment, with the sandbox's trust (OpenSSL's default paths read `SSL_CERT_FILE`). A
+/// server that answers at all, with any status, has passed verification.
+const TLS_PROBE: &str = r#"
+import ssl, sys, urllib.error, urllib.request
+for host in sys.argv[1:]:
+    try:
+        urllib.request.urlopen(urllib.request.Request("https://" + host + "/", method="HEAD"), timeout=20).close()
+        verdict, why = "ok", ""
+    except urllib.error.HTTPError:
+        verdict, why = "ok", ""
+    except Exception as e:
+        reason = getattr(e, "reason", e)
+        untrusted = isinstance(reason, ssl.SSLCertVerificationError) or isinstance(e, ssl.SSLCertVerificationError)
+        verdict, why = ("untrusted" if untrusted else "unreachable"), str(reason)
+    print(host, verdict, " ".join(why.split())[:300], sep="\t", flush=True)
+"#;
+
+/// From a sandbox of `cfg`'s image, through an egress proxy allowing what setup would allow
+/// (the image's default registries for `ecosystems`, unless `--no-default-registries`, and
+/// the given rules) and trusting what setup would trust: does TLS to each registry verify?
+/// Host names and addresses among the given rules are checked too (a range or `*.SUFFIX` names
+/// no server).
+pub async fn check_registry_tls(
+    cfg: &SandboxConfig,
+    setup: &crate::config::SetupSettings,
+    ecosystems: &[crate::project::Ecosystem],
+) -> Result<TlsCheck, SetupError> {
+    let engine = crate::sandbox::engine::current();
+    if engine.is_remote() {
+        return Err(SetupError::Remote {
+            what: "the setup phase (and so its TLS check)",
+            endpoint: engine.describe(),
+        });
+    }
+    let bundle = super::trust::bundle(&setup.trust)?;
+    let proxy = crate::egress::start(
+        crate::egress::Allowlist::new(setup.allow.clone()),
+        crate::egress::Limits::default(),
+        None,
+    )
+    .map_err(SetupError::Proxy)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("agentbox-doctor-tls-")
+        .tempdir()
+        .map_err(|e| SandboxError::Other(format!("cannot create a scratch project: {e}")))?;
+    let mut check_cfg = cfg.clone();
+    check_cfg.extras = Extras {
+        forwards: vec![crate::sandbox::Forward::egress(
+            crate::egress::transport::mount_source(&proxy).to_path_buf(),
+        )],
+        volumes: Vec::new(),
+        env: proxy_env()
+            .into_iter()
+            .chain(bundle.iter().flat_map(|b| b.env()))
+            .collect(),
+        workspace_read_only: true,
+        ca_bundle: bundle.as_ref().map(|b| b.path()),
+    };
+    let spec = check_cfg.bind_spec(scratch.path())?;
+    let docker = crate::sandbox::connect_docker().await?;
+    let sandbox = DockerSandbox::create(&docker, spec).await?;
+    let mut check = TlsCheck {
+        trusted: match &bundle {
+            Some(b) => b.describe(),
+            None => "nothing besides the image's CAs".into(),
+        },
+        hint: super::trust::certificate_hint(bundle.as_ref(), &setup.trust),
+        ..TlsCheck::default()
+    };
+    let found = default_registries(
+        &sandbox,
+        (&proxy, &Quiet::default()),
+        ecosystems,
+        &cfg.image,
+        !setup.no_default_registries,
+    )
+    .await;
+    check.notes = found.notes;
+    let mut hosts = if setup.no_default_registries {
+        Vec::new()
+    } else {
+        found.hosts
+    };
+    use crate::egress::matcher::HostPattern;
+    for rule in &setup.allow {
+        let host = rule.to_string();
+        if matches!(rule.host, HostPattern::Exact(_) | HostPattern::Ip(_)) && !hosts.contains(&host) {
+            hosts.push(host);
+        }
+    }
+    let result = if hosts.is_empty() {
+        Ok(())
+    } else {
+        let mut argv = vec!["python3".to_string(), "-c".to_string(), TLS_PROBE.to_string()];
+        argv.extend(hosts.iter().cloned());
+        let limit = Duration::from_secs(30 * hosts.len() as u64 + 10);
+        let mut req = ExecRequest::argv(argv, limit).capture(64 * 1024, 4096);
+        req.workdir = Some("/tmp".into());
+        sandbox.exec(req).await.map(|out| {
+            let text = out.stdout.to_text();
+            for host in &hosts {
+                let line = text.lines().find_map(|l| {
+                    let mut parts = l.splitn(3, '\t');
+                    (parts.next() == Some(host.as_str())).then(|| (parts.next(), parts.next().unwrap_or("")))
+                });
+                let verdict = match line {
+                    Some((Some("ok"), _)) => TlsVerdict::Verified,
+                    Some((Some("untrusted"), why)) => TlsVerdict::Untrusted(why.to_string()),
+                    Some((_, why)) => TlsVerdict::Unreachable(why.to_string()),
+                    None => TlsVerdict::Unreachable(format!(
+                        "the check did not finish ({})",
+                        merge(&text, &out.stderr.to_text()).trim()
+                    )),
+                };
+                check.results.push((host.clone(), verdict));
+            }
+        })
+    };
+    let _ = sandbox.shutdown().await;
+    result?;
+    Ok(check)
+}

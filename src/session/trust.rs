@@ -247,7 +247,8 @@ pub fn certificate_hint(bundle: Option<&Bundle>, settings: &TrustSettings) -> St
     format!(
         "a TLS certificate was not trusted ({passed}; verification stays on). If a proxy on this \
          network re-signs TLS, give its CA certificate with --ca-cert FILE (or [network] ca_certs \
-         in the config file), or set SSL_CERT_FILE to the bundle this host's tools use"
+         in the config file), or set SSL_CERT_FILE to the bundle this host's tools use; `agentbox doctor` \
+         checks TLS to the registries this way"
     )
 }
 
