@@ -606,7 +606,16 @@ fn main_and_worktree() -> (Project, Project) {
     let out = Command::new("git")
         .arg("-C")
         .arg(main.path())
-        .args(["-c", "safe.directory=*", "worktree", "add", "-q", "-f", "-b", "wt"])
+        .args([
+            "-c",
+            "safe.directory=*",
+            "worktree",
+            "add",
+            "-q",
+            "-f",
+            "-b",
+            "wt",
+        ])
         .arg(project.path())
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -629,28 +638,49 @@ async fn a_linked_worktree_has_git_inside_and_its_repository_stays_read_only() {
         sh(p.path(), &plant);
         let m = marker();
         host_git(p.path(), &m.path, COMMIT, None);
-        assert!(m.path.exists(), "control: the common directory's hook did not run");
+        assert!(
+            m.path.exists(),
+            "control: the common directory's hook did not run"
+        );
     }
     let (main, project) = main_and_worktree();
     let dot_git = project.read(".git");
     let looks = "echo y >> a.py; git status --short; echo status=$?; git diff --stat; echo diff=$?; \
                  git log --oneline | wc -l; echo log=$?; \
                  grep -rl SECRET-TOKEN /run/agentbox-git /workspace/.git; echo grep=$?";
-    let (run, ran) =
-        through_agentbox(&project, &format!("{looks}\n{plant}"), ".", COMMIT, &[], None).await;
+    let (run, ran) = through_agentbox(&project, &format!("{looks}\n{plant}"), ".", COMMIT, &[], None).await;
     let out = run.result(0).1;
     for ok in ["status=0", "diff=0", "log=0", "M a.py", "a.py | 1 +"] {
         assert!(out.contains(ok), "{ok}: {out}\n{}", run.stderr);
     }
-    assert!(out.contains("grep=1"), "the repository's config is not inside: {out}");
+    assert!(
+        out.contains("grep=1"),
+        "the repository's config is not inside: {out}"
+    );
     assert!(out.contains("Read-only file system"), "{out}");
-    assert!(!ran, "the hook planted in the common directory ran: {}", run.warnings());
+    assert!(
+        !ran,
+        "the hook planted in the common directory ran: {}",
+        run.warnings()
+    );
     assert!(!main.file(".git/hooks/pre-commit").exists());
-    assert_eq!(project.read(".git"), dot_git, "the project's own .git file is untouched");
-    assert!(!run.warnings().contains("git will not work"), "{}", run.warnings());
+    assert_eq!(
+        project.read(".git"),
+        dot_git,
+        "the project's own .git file is untouched"
+    );
+    assert!(
+        !run.warnings().contains("git will not work"),
+        "{}",
+        run.warnings()
+    );
     // The diff's snapshot borrowed the repository's objects and index: only a.py changed.
     let report = run.report.as_ref().expect("a report");
-    assert_eq!(report["changed_files"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(
+        report["changed_files"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
     assert_eq!(report["changed_files"][0]["path"], "a.py", "{report}");
 }
 
@@ -681,7 +711,10 @@ async fn a_git_file_naming_what_is_no_worktree_mounts_nothing_and_warns() {
     let out = run.result(0).1;
     assert!(out.contains("done"), "{out}\n{}", run.stderr);
     assert!(out.contains("status=128"), "{out}");
-    assert!(out.contains("\n0\n"), "nothing of the stand-in home is mounted: {out}");
+    assert!(
+        out.contains("\n0\n"),
+        "nothing of the stand-in home is mounted: {out}"
+    );
     assert!(!out.contains("id_ed25519"), "{out}");
     let w = run.warnings();
     assert!(
@@ -723,6 +756,14 @@ async fn a_submodules_checkout_has_git_inside() {
     ))
     .await;
     let out = run.result(0).1;
-    assert!(out.contains("status=0") && out.contains("M a.py"), "{out}\n{}", run.stderr);
-    assert!(!run.warnings().contains("git will not work"), "{}", run.warnings());
+    assert!(
+        out.contains("status=0") && out.contains("M a.py"),
+        "{out}\n{}",
+        run.stderr
+    );
+    assert!(
+        !run.warnings().contains("git will not work"),
+        "{}",
+        run.warnings()
+    );
 }

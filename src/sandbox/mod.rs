@@ -33,9 +33,8 @@ pub use flavor::{EngineInfo, EngineKind};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
     BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, Extras, Forward, GIT_ROOT,
-    HARNESS_DIR,
-    HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec, VolumeMount,
-    WorkspaceSource, parse_size,
+    HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
+    VolumeMount, WorkspaceSource, parse_size,
 };
 
 /// Where the project is mounted inside every sandbox.

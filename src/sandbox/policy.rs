@@ -922,25 +922,46 @@ mod tests {
                     (GitPiece::Objects, "/m/.git/objects".into()),
                     (GitPiece::Refs, "/m/.git/refs".into()),
                     (GitPiece::Worktree, "/m/.git/worktrees/w".into()),
-                    (GitPiece::WorktreeConfig, "/m/.git/worktrees/w/config.worktree".into()),
+                    (
+                        GitPiece::WorktreeConfig,
+                        "/m/.git/worktrees/w/config.worktree".into(),
+                    ),
                 ],
                 config: String::new(),
             });
         }
-        let body = s.create_body(MainProcess::Executor, Some(std::path::Path::new("/h/etc")), &docker());
+        let body = s.create_body(
+            MainProcess::Executor,
+            Some(std::path::Path::new("/h/etc")),
+            &docker(),
+        );
         assert!(body.env.unwrap().contains(&"GIT_OPTIONAL_LOCKS=0".to_string()));
         let mounts = body.host_config.unwrap().mounts.unwrap();
         let at = |target: &str| {
-            let found: Vec<&Mount> = mounts.iter().filter(|m| m.target.as_deref() == Some(target)).collect();
+            let found: Vec<&Mount> = mounts
+                .iter()
+                .filter(|m| m.target.as_deref() == Some(target))
+                .collect();
             assert_eq!(found.len(), 1, "{target}: {mounts:?}");
             assert_eq!(found[0].read_only, Some(true), "{target}");
             found[0].source.clone().unwrap()
         };
-        assert_eq!(at("/workspace/.git"), "/h/etc/git-file", "agentbox's, over the project's own");
-        assert_eq!(at("/run/agentbox-git"), "/h/etc/git-root", "agentbox's, with its config");
+        assert_eq!(
+            at("/workspace/.git"),
+            "/h/etc/git-file",
+            "agentbox's, over the project's own"
+        );
+        assert_eq!(
+            at("/run/agentbox-git"),
+            "/h/etc/git-root",
+            "agentbox's, with its config"
+        );
         assert_eq!(at("/run/agentbox-git/objects"), "/m/.git/objects");
         assert_eq!(at("/run/agentbox-git/worktrees/workspace"), "/m/.git/worktrees/w");
-        assert_eq!(at("/run/agentbox-git/worktrees/workspace/config.worktree"), "/h/etc/git-empty");
+        assert_eq!(
+            at("/run/agentbox-git/worktrees/workspace/config.worktree"),
+            "/h/etc/git-empty"
+        );
         for m in &mounts {
             let source = m.source.as_deref().unwrap_or_default();
             if source.starts_with("/m/") {
@@ -948,7 +969,11 @@ mod tests {
                 assert_eq!(m.read_only, Some(true), "{m:?}");
             }
         }
-        assert!(!mounts.iter().any(|m| m.source.as_deref() == Some("/m/.git/worktrees/w/config.worktree")));
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.source.as_deref() == Some("/m/.git/worktrees/w/config.worktree"))
+        );
         assert!(!spec().env().iter().any(|e| e.starts_with("GIT_OPTIONAL_LOCKS")));
     }
 

@@ -219,7 +219,9 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
     let commondir = target.join("commondir");
     let (kind, common) = if commondir.symlink_metadata().is_ok() {
         if container != Some("worktrees") {
-            return Err("which has a `commondir` but is not a `worktrees/NAME` directory of a repository".into());
+            return Err(
+                "which has a `commondir` but is not a `worktrees/NAME` directory of a repository".into(),
+            );
         }
         let common = parent.parent().unwrap_or(parent).to_path_buf();
         let text = read_text(&commondir).ok_or("whose `commondir` is not a small regular file")?;
@@ -238,7 +240,11 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
         (LinkedGitKind::Worktree, common)
     } else {
         // A submodule's git directory: `S/modules/NAME`, NAME possibly with slashes.
-        if !target.ancestors().skip(1).any(|a| a.file_name() == Some(OsStr::new("modules"))) {
+        if !target
+            .ancestors()
+            .skip(1)
+            .any(|a| a.file_name() == Some(OsStr::new("modules")))
+        {
             return Err(
                 "which is neither a linked worktree (`C/worktrees/NAME`) nor a submodule's repository \
                  (`S/modules/NAME`)"
@@ -250,7 +256,7 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
             .into_iter()
             .filter(|e| e.is("core", "worktree"))
             .filter_map(|e| e.value)
-            .last()
+            .next_back()
             .ok_or("a repository with no `core.worktree`: not this project's submodule")?;
         if lexical(&target.join(&worktree)) != project {
             return Err("a repository whose `core.worktree` is not this project".into());
@@ -263,7 +269,12 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
         (Some(GitPiece::Head), common.join("HEAD"), false, true),
         (Some(GitPiece::Objects), common.join("objects"), true, true),
         (Some(GitPiece::Refs), common.join("refs"), true, true),
-        (Some(GitPiece::PackedRefs), common.join("packed-refs"), false, false),
+        (
+            Some(GitPiece::PackedRefs),
+            common.join("packed-refs"),
+            false,
+            false,
+        ),
         (Some(GitPiece::Shallow), common.join("shallow"), false, false),
         (Some(GitPiece::Reftable), common.join("reftable"), true, false),
     ];
@@ -273,11 +284,14 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
             (None, target.join("HEAD"), false, true),
             (Some(GitPiece::Worktree), target.to_path_buf(), true, true),
             // Seen inside as an empty file: it is config, the repository's to hold secrets in.
-            (Some(GitPiece::WorktreeConfig), target.join("config.worktree"), false, false),
+            (
+                Some(GitPiece::WorktreeConfig),
+                target.join("config.worktree"),
+                false,
+                false,
+            ),
         ]),
-        LinkedGitKind::Submodule => {
-            wanted.push((Some(GitPiece::Index), target.join("index"), false, false))
-        }
+        LinkedGitKind::Submodule => wanted.push((Some(GitPiece::Index), target.join("index"), false, false)),
     }
     for (piece, path, dir, required) in wanted {
         use std::os::unix::fs::MetadataExt;
@@ -325,7 +339,10 @@ fn synthesised_config(entries: &[ConfigEntry]) -> String {
     ];
     const EXTENSIONS: &[&str] = &["objectformat", "refstorage", "compatobjectformat"];
     let plain = |v: &str| {
-        !v.is_empty() && v.len() <= 32 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        !v.is_empty()
+            && v.len() <= 32
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
     let mut out = String::from("# Written by agentbox: not the repository's own config.\n");
     for (section, keys) in [("core", CORE), ("extensions", EXTENSIONS)] {
@@ -335,7 +352,7 @@ fn synthesised_config(entries: &[ConfigEntry]) -> String {
                 .iter()
                 .filter(|e| e.section == section && e.subsection.is_none() && e.key == *key)
                 .filter_map(|e| e.value.as_deref())
-                .last();
+                .next_back();
             if let Some(v) = last.filter(|v| plain(v)) {
                 lines.push(format!("\t{key} = {v}\n"));
             }
@@ -966,14 +983,25 @@ mod tests {
 
     fn git(dir: &Path, args: &[&str]) {
         let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "protocol.file.allow=always"])
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t.invalid",
+                "-c",
+                "protocol.file.allow=always",
+            ])
             .args(args)
             .current_dir(dir)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn owner(p: &Path) -> u32 {
@@ -991,7 +1019,10 @@ mod tests {
         std::fs::write(root.join("main/x"), "x").unwrap();
         git(&root.join("main"), &["add", "x"]);
         git(&root.join("main"), &["commit", "-qm", "x"]);
-        git(&root.join("main"), &["config", "http.extraheader", "Authorization: Bearer SECRET"]);
+        git(
+            &root.join("main"),
+            &["config", "http.extraheader", "Authorization: Bearer SECRET"],
+        );
         git(&root.join("main"), &["worktree", "add", "-q", "../wt"]);
         (d, root)
     }
@@ -1012,7 +1043,11 @@ mod tests {
         ];
         assert_eq!(linked.pieces, want);
         assert!(!linked.config.contains("SECRET"), "{}", linked.config);
-        assert!(linked.config.contains("repositoryformatversion = 0"), "{}", linked.config);
+        assert!(
+            linked.config.contains("repositoryformatversion = 0"),
+            "{}",
+            linked.config
+        );
         // A project elsewhere whose `.git` names that worktree: not its own.
         let other = root.join("other");
         std::fs::create_dir(&other).unwrap();
@@ -1033,9 +1068,16 @@ mod tests {
         std::fs::write(home.join(".ssh/id_ed25519"), "KEY").unwrap();
         let p = root.join("p");
         std::fs::create_dir(&p).unwrap();
-        std::fs::write(p.join(".git"), format!("gitdir: {}\n", home.join(".ssh").display())).unwrap();
+        std::fs::write(
+            p.join(".git"),
+            format!("gitdir: {}\n", home.join(".ssh").display()),
+        )
+        .unwrap();
         let why = linked_git(&p, owner(&p)).unwrap().unwrap_err();
-        assert!(why.contains("git will not work inside") && why.contains("neither"), "{why}");
+        assert!(
+            why.contains("git will not work inside") && why.contains("neither"),
+            "{why}"
+        );
         // The worktree itself, reached through a link on the way.
         std::os::unix::fs::symlink(root.join("main"), root.join("alias")).unwrap();
         let wt = root.join("wt");
