@@ -384,20 +384,34 @@ async fn the_agent_network_opt_in_gives_the_agent_the_allowlist_only() {
     assert_eq!(up.count(), 1);
 }
 
-/// `--isolate` promises the project is only read until `--apply`: its setup sees it read-only.
+/// `--isolate` promises the project is only read until `--apply`: its setup works on a copy,
+/// so what installing writes into the tree succeeds there, never reaches the project, and is
+/// not in the agent's own copy either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_isolated_runs_setup_cannot_write_the_project() {
+async fn an_isolated_runs_setup_works_on_a_copy_and_never_writes_the_project() {
     let project = python_project();
     let run = hostile(
         &project,
-        json!([done("never asked")]),
-        &["--isolate", "--setup", "touch /workspace/planted"],
+        json!([
+            {"tool_calls": [bash("test -e planted && echo AGENT-SEES-IT || echo AGENT-FRESH-COPY")]},
+            done("Looked.")
+        ]),
+        &[
+            "--isolate",
+            "--setup",
+            "touch /workspace/planted && test -f /workspace/planted",
+        ],
     )
     .await;
-    assert_eq!(run.code, Some(4), "{}", run.stderr);
-    assert!(run.stderr.contains("Read-only file system"), "{}", run.stderr);
-    assert!(!project.file("planted").exists());
-    assert!(caches_of(&project).await.is_empty());
+    assert!(
+        !run.stderr.contains("Read-only file system"),
+        "setup may write its copy: {}",
+        run.stderr
+    );
+    assert!(!project.file("planted").exists(), "the project is untouched");
+    let (_, out, _) = run.result(0);
+    assert!(out.contains("AGENT-FRESH-COPY"), "{out}");
+    remove_caches(&project).await;
 }
 
 /// A PEP 517 backend inside the project (`backend-path`), needing nothing from an index: the
@@ -999,6 +1013,48 @@ async fn a_rust_crate_gets_its_registry_from_the_images_cargo_and_keeps_its_cach
     for name in caches_of(&project).await {
         agentbox::sandbox::caches::remove(&docker, &name).await;
     }
+}
+
+/// What setup writes into the project (a build backend's version file from VCS metadata, as
+/// hatch-vcs and setuptools-scm write it; cargo's lockfile) is not the user's: the next run is
+/// served from the cache while the file is as setup left it, and fills a cache again once the
+/// user changes it. Before, every such project ran its setup again on every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_setup_writes_into_the_project_leaves_its_cache_fitting() {
+    let project = Project::new(&[(
+        "test_version.py",
+        "from _version import VERSION\n\n\ndef test_version():\n    assert VERSION\n",
+    )]);
+    let args = ["--setup", "echo 'VERSION = \"1.0\"' > _version.py"];
+    let said = |run: &Run, what: &str| notes(run).iter().any(|n| n.contains(what));
+    let first = hostile(&project, json!([done("Looked.")]), &args).await;
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert!(
+        said(&first, "setup: _version.py: written into the project by setup"),
+        "{:?}",
+        notes(&first)
+    );
+    assert!(
+        first.report.as_ref().unwrap()["changed_files"]
+            .as_array()
+            .is_none_or(|c| c.is_empty()),
+        "not one of the run's changes: {}",
+        first.stdout
+    );
+    let second = hostile(&project, json!([done("Looked.")]), &args).await;
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
+    assert!(
+        said(&second, "dependencies from the cache") && !said(&second, "setup: running"),
+        "{:?}",
+        notes(&second)
+    );
+    assert!(said(&second, "_version.py: written into the project by setup"));
+    // The user's own change to it: the cache no longer fits.
+    std::fs::write(project.file("_version.py"), "VERSION = \"2.0\"\n").unwrap();
+    let third = hostile(&project, json!([done("Looked.")]), &args).await;
+    assert_eq!(third.code, Some(0), "{}", third.stderr);
+    assert!(said(&third, "setup: running"), "{:?}", notes(&third));
+    remove_caches(&project).await;
 }
 
 /// A setup command that leaves a daemon holding its output: the command ends when its own

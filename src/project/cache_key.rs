@@ -15,6 +15,7 @@
 //!
 //! Read as detection reads the project (regular files, no link followed, bounded).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -23,7 +24,7 @@ use super::detect::read_project_file;
 
 /// Bumped when what setup does for the same files changes (a fill of an older agentbox is not
 /// this one's).
-const RULES: &str = "setup-rules-2";
+const RULES: &str = "setup-rules-3";
 
 /// Root files whose content decides a cache's key.
 const ROOT_FILES: &[&str] = &[
@@ -71,14 +72,23 @@ const MAX_ENTRIES: usize = 50_000;
 const MAX_INCLUDE_DEPTH: usize = 8;
 const MAX_INCLUDED: usize = 256;
 
-/// Directories a walk skips: caches and what setup and the tests write.
+/// Directories a walk skips: caches and what setup and the tests write (coverage's HTML
+/// report, hypothesis's example database).
 fn skipped(name: &str) -> bool {
-    super::skipped_dirs().any(|d| d == name) || name.ends_with(".egg-info")
+    super::skipped_dirs().any(|d| d == name)
+        || name.ends_with(".egg-info")
+        || name == "htmlcov"
+        || name == ".hypothesis"
 }
 
-/// Files the whole-project digest leaves out: what a build writes in place.
+/// Files the whole-project digest leaves out: what a build writes in place, and the coverage
+/// data a test run writes at the root (`addopts = --cov` in a project's pytest configuration
+/// writes `.coverage` on every run, so every run would otherwise fill a new cache).
 fn build_output(name: &str) -> bool {
     [".so", ".pyd", ".pyc", ".o"].iter().any(|s| name.ends_with(s))
+        || name == ".coverage"
+        || name.starts_with(".coverage.")
+        || name == "coverage.xml"
 }
 
 /// Every regular file under `root` (relative, sorted), skipping [`skipped`] directories,
@@ -218,19 +228,20 @@ pub fn requirement_closure(root: &Path) -> (Vec<String>, bool) {
 /// The cache key (see the module's documentation). `runs_project_code`: setup runs code of
 /// the project (given commands, a package installed from the checkout, npm's scripts).
 pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String], runs_project_code: bool) -> String {
-    cache_key_skipping(root, image, uid, commands, runs_project_code, &[])
+    cache_key_skipping(root, image, uid, commands, runs_project_code, &BTreeMap::new())
 }
 
-/// The same key with the files `skip` names (paths from the root) left out: a lockfile setup
-/// itself wrote, with which the next run's key would differ from the one its cache was filled
-/// under.
+/// The same key with the files setup wrote (`as_found`: paths from the root) as setup found
+/// them: each one's state before setup ([`file_state`]), or `None` where it was not there. With
+/// it, the next run's key is the one its cache was filled under while those files are as setup
+/// left them (a `Cargo.lock` cargo wrote, a version file a build backend rewrote).
 pub fn cache_key_skipping(
     root: &Path,
     image: &str,
     uid: u32,
     commands: &[String],
     runs_project_code: bool,
-    skip: &[&str],
+    as_found: &BTreeMap<String, Option<String>>,
 ) -> String {
     let mut h = Sha256::new();
     for part in [RULES, image] {
@@ -242,26 +253,29 @@ pub fn cache_key_skipping(
         h.update(c.as_bytes());
         h.update([0]);
     }
+    // Each file by its state; one setup wrote, by its state before setup.
+    let state = |rel: &str| match as_found.get(rel) {
+        Some(Some(before)) => before.clone(),
+        Some(None) => absent_state(rel),
+        None => file_state(root, rel),
+    };
     for f in ROOT_FILES {
-        if skip.contains(f) {
-            // As if it were not there: the key it had before setup wrote it.
-            absent(&mut h, f);
-        } else {
-            add_file(&mut h, root, f);
-        }
+        h.update(state(f).as_bytes());
     }
     let (requirements, local) = requirement_closure(root);
     for f in &requirements {
-        add_file(&mut h, root, f);
+        h.update(state(f).as_bytes());
     }
     let files = walk(root);
+    // A file setup created is left out of the walk: it was not there.
+    let counted = |f: &str| !matches!(as_found.get(f), Some(None));
     match &files {
         Some(files) if runs_project_code || local => {
             h.update(b"every file\0");
             for f in files {
                 let name = f.rsplit('/').next().unwrap_or(f);
-                if !build_output(name) && !skip.contains(&f.as_str()) {
-                    add_file(&mut h, root, f);
+                if !build_output(name) && counted(f) {
+                    h.update(state(f).as_bytes());
                 }
             }
         }
@@ -269,8 +283,8 @@ pub fn cache_key_skipping(
             h.update(b"manifests\0");
             for f in files {
                 let name = f.rsplit('/').next().unwrap_or(f);
-                if f.contains('/') && TREE_MANIFESTS.contains(&name) {
-                    add_file(&mut h, root, f);
+                if f.contains('/') && TREE_MANIFESTS.contains(&name) && counted(f) {
+                    h.update(state(f).as_bytes());
                 }
             }
         }
@@ -278,6 +292,50 @@ pub fn cache_key_skipping(
         None => h.update(uuid::Uuid::new_v4().as_bytes()),
     }
     hex(&h.finalize())[..16].to_string()
+}
+
+/// Each file the key may read — every regular file or link the whole-project digest covers —
+/// with a digest of what it is; `None` past [`MAX_ENTRIES`]. Taken before and after setup, the
+/// difference ([`written`]) is what setup wrote into the project.
+pub fn file_states(root: &Path) -> Option<BTreeMap<String, String>> {
+    Some(
+        walk(root)?
+            .into_iter()
+            .filter(|f| !build_output(f.rsplit('/').next().unwrap_or(f)))
+            .map(|f| {
+                let state = file_state(root, &f);
+                (f, state)
+            })
+            .collect(),
+    )
+}
+
+/// One file's entry of [`file_states`]: a digest of its path and what it holds (a file that is
+/// not there has one too, [`absent_state`]).
+pub fn file_state(root: &Path, rel: &str) -> String {
+    let mut h = Sha256::new();
+    add_file(&mut h, root, rel);
+    hex(&h.finalize())
+}
+
+/// The state of a file that is not there.
+pub fn absent_state(rel: &str) -> String {
+    let mut h = Sha256::new();
+    absent(&mut h, rel);
+    hex(&h.finalize())
+}
+
+/// What setup wrote: each file of `after` that is new or changed since `before`, with its state
+/// after and before (`None`: it was not there).
+pub fn written(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> BTreeMap<String, (String, Option<String>)> {
+    after
+        .iter()
+        .filter(|(f, state)| before.get(*f) != Some(*state))
+        .map(|(f, state)| (f.clone(), (state.clone(), before.get(f).cloned())))
+        .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -361,6 +419,10 @@ mod tests {
             "src/_ext.cpython-313-x86_64-linux-gnu.so",
             "node_modules/x/package.json",
             "__pycache__/a.pyc",
+            ".coverage",
+            ".coverage.host.123.456",
+            "htmlcov/index.html",
+            ".hypothesis/examples/x",
         ] {
             std::fs::create_dir_all(root.join(f).parent().unwrap()).unwrap();
             std::fs::write(root.join(f), "x").unwrap();

@@ -151,7 +151,7 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
     defaults(root, detection).commands
 }
 
-pub use super::cache_key::{cache_key, cache_key_skipping};
+pub use super::cache_key::{absent_state, cache_key, cache_key_skipping, file_state, file_states, written};
 
 /// The lockfile stable cargo writes into the project when it has none (`cargo fetch`): when
 /// setup wrote it, it is left out of the cache key (see [`cache_key_skipping`]).
@@ -379,11 +379,12 @@ mod tests {
         );
         for code in [false, true] {
             let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
-            let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]);
+            let as_found = std::collections::BTreeMap::from([(CARGO_LOCK.to_string(), None)]);
+            let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &as_found);
             std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
             assert_eq!(
                 without,
-                cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &[CARGO_LOCK]),
+                cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &as_found),
                 "a skipped file does not count (every file: {code})"
             );
             assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds, code));

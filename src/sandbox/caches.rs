@@ -20,7 +20,7 @@ use super::{SandboxError, SandboxSpec};
 /// The label on every cache volume (and its commit marker); its value is the project's path.
 pub const CACHE_LABEL: &str = "agentbox.cache";
 /// The suffix of the commit marker's name.
-const COMMITTED: &str = "-ok";
+pub const COMMITTED: &str = "-ok";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheState {

@@ -7,7 +7,7 @@
 //! cache volume mounted writable. A cache whose key (image, uid, commands, and what setup reads:
 //! see `project::cache_key`) matches a committed one skips the phase: nothing is downloaded again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,8 +68,17 @@ pub struct SetupOutcome {
     pub notes: Vec<String>,
 }
 
-/// The label of a committed cache whose setup wrote `Cargo.lock`: that file's SHA-256.
-const GENERATED_LOCK_LABEL: &str = "agentbox.cache.generated-cargo-lock";
+/// The label of a committed cache whose setup wrote files into the project: a JSON object of
+/// each file and its state then (`project::setup::file_state`).
+const WRITTEN_LABEL: &str = "agentbox.cache.written-by-setup";
+
+/// Files setup wrote into the project that a cache records, at most; beyond, none are (the
+/// next run fills a cache again, as when its key changed).
+const MAX_WRITTEN_RECORDED: usize = 64;
+
+/// [`WRITTEN_LABEL`]'s content: each file setup wrote, its state after setup and before
+/// (`None`: setup created it).
+type Written = BTreeMap<String, (String, Option<String>)>;
 
 /// The proxy variables, set for the setup phase only (and the agent's with `--agent-network
 /// allowlist`). `NO_PROXY` is empty on purpose: the host's loopback is reached through the
@@ -224,7 +233,7 @@ pub async fn run(
         .await?;
         let owner = crate::sandbox::inspect_project(project)?;
         let prefix = format!("agentbox-cache-{}", plan::project_key(project));
-        let key_of = |skip: &'static [&'static str]| {
+        let key_of = |as_found: BTreeMap<String, Option<String>>| {
             let (root, image, uid, commands) = (
                 project.to_path_buf(),
                 cfg.image.clone(),
@@ -233,25 +242,56 @@ pub async fn run(
             );
             async move {
                 tokio::task::spawn_blocking(move || {
-                    plan::cache_key_skipping(&root, &image, uid, &commands, runs_project_code, skip)
+                    plan::cache_key_skipping(&root, &image, uid, &commands, runs_project_code, &as_found)
                 })
                 .await
                 // A key computation that panicked matches no cache: setup runs.
                 .unwrap_or_else(|_| uuid::Uuid::new_v4().simple().to_string()[..16].to_string())
             }
         };
-        let mut name = format!("{prefix}-{}", key_of(&[]).await);
-        // A Cargo.lock an earlier setup wrote (stable cargo cannot put it elsewhere) is not the
-        // user's: the cache filled without it still fits while the file is as setup left it.
-        let lock = plan::file_digest(project, plan::CARGO_LOCK);
-        let mut lock_from_setup = false;
-        if lock.is_some() && !setup.refresh {
-            let without = format!("{prefix}-{}", key_of(&[plan::CARGO_LOCK]).await);
-            if caches::state(&docker, &without).await? == CacheState::Ready
-                && caches::committed_label(&docker, &without, GENERATED_LOCK_LABEL).await == lock
-            {
-                name = without;
-                lock_from_setup = true;
+        let mut name = format!("{prefix}-{}", key_of(BTreeMap::new()).await);
+        // What an earlier setup wrote into the project (a Cargo.lock stable cargo cannot put
+        // elsewhere, the version file a build backend writes from VCS metadata) is not the
+        // user's: the cache filled before it was there still fits while each such file is as
+        // setup left it.
+        let mut from_setup: Vec<String> = Vec::new();
+        if !setup.refresh && caches::state(&docker, &name).await? != CacheState::Ready {
+            let of_project = project.display().to_string();
+            for (cache, of) in caches::list(&docker).await? {
+                if of != of_project
+                    || !cache.starts_with(&format!("{prefix}-"))
+                    || cache.ends_with(caches::COMMITTED)
+                {
+                    continue;
+                }
+                let Some(wrote) = caches::committed_label(&docker, &cache, WRITTEN_LABEL)
+                    .await
+                    .and_then(|l| serde_json::from_str::<Written>(&l).ok())
+                    .filter(|w| !w.is_empty())
+                else {
+                    continue;
+                };
+                let root = project.to_path_buf();
+                let files: Vec<String> = wrote.keys().cloned().collect();
+                let as_found = wrote
+                    .iter()
+                    .map(|(f, (_, before))| (f.clone(), before.clone()))
+                    .collect();
+                let unchanged = tokio::task::spawn_blocking(move || {
+                    wrote
+                        .iter()
+                        .all(|(f, (after, _))| plan::file_state(&root, f) == *after)
+                })
+                .await
+                .unwrap_or(false);
+                if unchanged
+                    && format!("{prefix}-{}", key_of(as_found).await) == cache
+                    && caches::state(&docker, &cache).await? == CacheState::Ready
+                {
+                    name = cache;
+                    from_setup = files;
+                    break;
+                }
             }
         }
         if setup.refresh {
@@ -283,21 +323,11 @@ pub async fn run(
             }
             CacheState::Empty => {
                 let result = fill(
-                    settings,
-                    cfg,
-                    project,
-                    events,
-                    log,
-                    &docker,
-                    &name,
-                    labels,
-                    &commands,
-                    &detection,
-                    lock.is_none(),
+                    settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection,
                 )
                 .await;
-                if let Ok(generated) = &result {
-                    lock_from_setup = *generated;
+                if let Ok(wrote) = &result {
+                    from_setup = wrote.clone();
                 }
                 super::preflight::report(
                     events.as_ref(),
@@ -310,11 +340,17 @@ pub async fn run(
                 result?;
             }
         }
-        if lock_from_setup {
+        if !from_setup.is_empty() {
+            let (it, them) = if from_setup.len() == 1 {
+                ("it", "it")
+            } else {
+                ("them", "them")
+            };
             let message = format!(
-                "{}: written into the project by setup (stable cargo cannot put a lockfile elsewhere); \
-                 left out of the cache key and of the run's changes; delete it if you do not want it",
-                plan::CARGO_LOCK
+                "{}: written into the project by setup (stable cargo cannot put a lockfile elsewhere; a \
+                 build backend writes its version file beside the package); left out of the cache key \
+                 and of the run's changes; delete {it} if you do not want {them}",
+                from_setup.join(", "),
             );
             note(events, format!("setup: {message}"));
             outcome.notes.push(message);
@@ -378,8 +414,7 @@ async fn fill(
     labels: HashMap<String, String>,
     commands: &[String],
     detection: &crate::project::Detection,
-    watch_lock: bool,
-) -> Result<bool, SetupError> {
+) -> Result<Vec<String>, SetupError> {
     let started = Instant::now();
     // Before the proxy and the container: a bad --ca-cert is the user's to fix, and costs nothing.
     let bundle = super::trust::bundle(&settings.setup.trust)?;
@@ -400,11 +435,33 @@ async fn fill(
             .chain(proxy_env())
             .chain(bundle.iter().flat_map(|b| b.env()))
             .collect(),
-        // `--isolate` promises the project is only read until `--apply`.
-        workspace_read_only: settings.isolate.is_some(),
+        workspace_read_only: false,
         ca_bundle: bundle.as_ref().map(|b| b.path()),
     };
-    let spec = setup_cfg.bind_spec(project)?;
+    // `--isolate` promises the project is only read until `--apply`: setup works on a copy,
+    // as the agent does, so what installing writes into the tree (an editable install's
+    // `.egg-info`, a generated `Cargo.lock`) goes with that copy instead of failing on a
+    // read-only mount. The agent phase gets a fresh copy of its own.
+    let _seed;
+    let spec = match &settings.isolate {
+        Some(iso) => {
+            let dir = crate::sandbox::inspect_project(project)?;
+            let root = project.to_path_buf();
+            let exclude = iso.exclude.clone();
+            let packed = tokio::task::spawn_blocking(move || {
+                crate::isolate::pack(&root, dir.uid, dir.gid, &|p| {
+                    exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
+                })
+            })
+            .await
+            .map_err(|e| SandboxError::Other(format!("cannot copy the project for setup: {e}")))?
+            .map_err(|e| SandboxError::Other(format!("cannot copy the project for setup: {e}")))?;
+            let spec = setup_cfg.volume_spec(project, packed.tar.path())?;
+            _seed = packed;
+            spec
+        }
+        None => setup_cfg.bind_spec(project)?,
+    };
     note(
         events,
         format!(
@@ -419,6 +476,16 @@ async fn fill(
         ),
         None => note(events, "setup: TLS trusts the image's CAs only".to_string()),
     }
+    // The project as setup finds it, when setup writes into it (bind-mounted, not a copy).
+    let states_before = if settings.isolate.is_none() {
+        let root = project.to_path_buf();
+        tokio::task::spawn_blocking(move || plan::file_states(&root))
+            .await
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
     let registration = caches::create(docker, &spec, name, labels.clone()).await?;
     let sandbox = match DockerSandbox::create(docker, spec.clone()).await {
         Ok(sb) => sb,
@@ -447,12 +514,31 @@ async fn fill(
     match result {
         Ok(()) => {
             let mut labels = labels;
-            // Setup wrote the lockfile: its digest goes with the cache (see `run`).
-            let generated = if watch_lock && let Some(digest) = plan::file_digest(project, plan::CARGO_LOCK) {
-                labels.insert(GENERATED_LOCK_LABEL.to_string(), digest);
-                true
+            // What setup wrote into the project goes with the cache (see `run`); past a bound
+            // none of it is recorded, and the next run fills a cache again.
+            let wrote = match states_before {
+                Some(before) => {
+                    let root = project.to_path_buf();
+                    tokio::task::spawn_blocking(move || {
+                        plan::file_states(&root).map(|after| plan::written(&before, &after))
+                    })
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default()
+                }
+                None => BTreeMap::new(),
+            };
+            let recorded = (!wrote.is_empty() && wrote.len() <= MAX_WRITTEN_RECORDED)
+                .then(|| serde_json::to_string(&wrote).ok())
+                .flatten();
+            if let Some(json) = recorded {
+                labels.insert(WRITTEN_LABEL.to_string(), json);
+            }
+            let files: Vec<String> = if labels.contains_key(WRITTEN_LABEL) {
+                wrote.into_keys().collect()
             } else {
-                false
+                Vec::new()
             };
             caches::commit(docker, &spec, name, labels, registration).await?;
             note(
@@ -462,7 +548,7 @@ async fn fill(
                     started.elapsed().as_secs_f64()
                 ),
             );
-            Ok(generated)
+            Ok(files)
         }
         Err(e) => {
             caches::discard(docker, &spec, name, registration).await;
