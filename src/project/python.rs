@@ -63,30 +63,56 @@ fn files_in(root: &Path, dir: &str) -> Vec<String> {
 }
 
 /// The requirement files a test run installs: `requirements.txt`, and those projects keep
-/// for their tests and development (`requirements-dev.txt`, `requirements-test*.txt`,
-/// `test-requirements.txt`, `dev-requirements.txt`, `requirements/test*.txt`,
-/// `requirements/dev*.txt`; `_` for `-` too). Only files with a requirement.
+/// for their tests (`requirements-test*.txt`, `test-requirements.txt`, `requirements/test*.txt`;
+/// `_` for `-` too) — or, when there are none, for development (`requirements-dev.txt`,
+/// `dev-requirements.txt`, `requirements/dev*.txt`). Only files with a requirement.
+///
+/// Test files win because a development file is often a pinned lock of the whole development
+/// environment (`pip-compile dev.in`: docs, linters, tox), which can pin the package itself or
+/// its dependents at other versions than the checkout: installed beside `-e .` it makes the
+/// resolution impossible, and the tests never needed it. That is what a project's CI installs
+/// for its tests too.
 pub fn requirement_files(root: &Path) -> Vec<String> {
-    let at_root = |n: &str| {
-        let n = n.replace('_', "-");
-        n == "requirements.txt"
-            || n == "requirements-dev.txt"
-            || (n.starts_with("requirements-test") && n.ends_with(".txt"))
+    let root_name = |n: &str| n.replace('_', "-");
+    let test_at_root = |n: &str| {
+        let n = root_name(n);
+        (n.starts_with("requirements-test") && n.ends_with(".txt"))
             || n == "test-requirements.txt"
             || n == "tests-requirements.txt"
-            || n == "dev-requirements.txt"
     };
-    let under = |n: &str| (n.starts_with("test") || n.starts_with("dev")) && n.ends_with(".txt");
-    let mut out: Vec<String> = files_in(root, "").into_iter().filter(|n| at_root(n)).collect();
+    let dev_at_root = |n: &str| {
+        let n = root_name(n);
+        n == "requirements-dev.txt" || n == "dev-requirements.txt"
+    };
+    let usable = |f: &String| shell_plain(f) && has_lines(root, f);
+    let at_root = files_in(root, "");
+    let under = files_in(root, "requirements");
+    let pick = |top: &dyn Fn(&str) -> bool, prefix: &str| -> Vec<String> {
+        at_root
+            .iter()
+            .filter(|n| top(n))
+            .cloned()
+            .chain(
+                under
+                    .iter()
+                    .filter(|n| n.starts_with(prefix) && n.ends_with(".txt"))
+                    .map(|n| format!("requirements/{n}")),
+            )
+            .filter(usable)
+            .collect()
+    };
     // requirements.txt first: what the project needs, then what its tests add.
-    out.sort_by_key(|n| n != "requirements.txt");
-    out.extend(
-        files_in(root, "requirements")
-            .into_iter()
-            .filter(|n| under(n))
-            .map(|n| format!("requirements/{n}")),
-    );
-    out.retain(|f| shell_plain(f) && has_lines(root, f));
+    let mut out: Vec<String> = at_root
+        .iter()
+        .filter(|n| n.as_str() == "requirements.txt" && usable(n))
+        .cloned()
+        .collect();
+    let tests = pick(&test_at_root, "test");
+    out.extend(if tests.is_empty() {
+        pick(&dev_at_root, "dev")
+    } else {
+        tests
+    });
     out
 }
 
@@ -329,8 +355,8 @@ mod tests {
         ]);
         assert_eq!(
             cmd(&s),
-            "pip install -r requirements.txt -r requirements-dev.txt -r requirements_test.txt \
-             -r test-requirements.txt -r requirements/tests.txt -e '.[dev,test]' --group tests"
+            "pip install -r requirements.txt -r requirements_test.txt -r test-requirements.txt \
+             -r requirements/tests.txt -e '.[dev,test]' --group tests"
         );
         let PythonSetup::Install { why, .. } = s else {
             panic!()
@@ -340,6 +366,28 @@ mod tests {
                 && why.contains("dependency groups tests"),
             "{why}"
         );
+    }
+
+    /// Development files count only when the project keeps no test requirements: a pinned
+    /// `requirements/dev.txt` beside `requirements/tests.txt` (as pip-compiled projects keep
+    /// them) is the whole development environment and may pin the package itself.
+    #[test]
+    fn development_requirements_only_without_test_requirements() {
+        let s = command(&[
+            ("requirements-dev.txt", "g\n"),
+            ("requirements/dev.txt", "h\n"),
+            ("requirements/docs.txt", "i\n"),
+        ]);
+        assert_eq!(
+            cmd(&s),
+            "pip install -r requirements-dev.txt -r requirements/dev.txt"
+        );
+        let s = command(&[
+            ("pyproject.toml", "[project]\nname = \"x\"\nversion = \"1\"\n"),
+            ("requirements/dev.txt", "x==0.9\nsphinx==8\n"),
+            ("requirements/tests.txt", "pytest==8\n"),
+        ]);
+        assert_eq!(cmd(&s), "pip install -r requirements/tests.txt -e .");
     }
 
     #[test]
