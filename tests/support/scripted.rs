@@ -131,8 +131,13 @@ pub fn spawn_run(project: &Project, turns: Value, args: &[&str], env: &[(&str, &
 
 /// Wait for the run, then check the invariant every scenario shares: no container left.
 pub async fn finish(spawned: Spawned) -> Run {
+    finish_within(spawned, Duration::from_secs(300)).await
+}
+
+/// [`finish`], for a run that may take longer than five minutes.
+pub async fn finish_within(spawned: Spawned, limit: Duration) -> Run {
     let docker = docker().await;
-    let out = tokio::time::timeout(Duration::from_secs(300), spawned.child.wait_with_output())
+    let out = tokio::time::timeout(limit, spawned.child.wait_with_output())
         .await
         .expect("agentbox did not finish")
         .unwrap();
