@@ -389,7 +389,7 @@ async fn the_agent_network_opt_in_gives_the_agent_the_allowlist_only() {
 /// not in the agent's own copy either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_runs_setup_works_on_a_copy_and_never_writes_the_project() {
-    let project = python_project();
+    let project = Project::new(&[("test_a.py", "def test_a():\n    assert True\n")]);
     let run = hostile(
         &project,
         json!([
@@ -1197,4 +1197,222 @@ async fn a_test_scripts_missing_programs_stop_the_run_before_the_model() {
         run.stderr
     );
     assert_eq!(run.steps(), 0, "no model request");
+}
+
+/// Node like CI, against a static npm registry the test serves on loopback: the project's own
+/// `.npmrc` points npm there (npm reads it; the allowlist never does), the default `npm ci`
+/// installs the lockfile's devDependency through the proxy, the tests import it offline, and
+/// the second run downloads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_installs_with_npm_ci_from_a_loopback_registry_once() {
+    use support::upstream::npm_registry;
+    let (name, version, value) = ("agentbox-fixture-pkg", "1.0.0", "from the loopback registry");
+    let registry = Upstream::http_on_its_port(|port| npm_registry(port, name, version, value).0).await;
+    let port = registry.addr.port();
+    let (_, integrity) = npm_registry(port, name, version, value);
+    let lock = json!({
+        "name": "uses-fixture", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+        "packages": {
+            "": {"name": "uses-fixture", "version": "1.0.0", "devDependencies": {name: version}},
+            format!("node_modules/{name}"): {
+                "version": version,
+                "resolved": format!("http://127.0.0.1:{port}/{name}/-/{name}-{version}.tgz"),
+                "integrity": integrity,
+                "dev": true
+            }
+        }
+    });
+    let package = json!({
+        "name": "uses-fixture", "version": "1.0.0",
+        "scripts": {"test": "node --test"},
+        "devDependencies": {name: version}
+    });
+    let project = Project::new(&[
+        ("package.json", package.to_string().as_str()),
+        ("package-lock.json", lock.to_string().as_str()),
+        (".npmrc", format!("registry=http://127.0.0.1:{port}/\n").as_str()),
+        (
+            "test/fixture.test.js",
+            "const test = require('node:test');\nconst assert = require('node:assert');\n\
+             test('value', () => {\n  assert.strictEqual(require('agentbox-fixture-pkg').value, 'from the loopback registry');\n});\n",
+        ),
+    ]);
+    let allow = format!("127.0.0.1:{port}");
+    let args = ["--allow-host", allow.as_str(), "--command-timeout", "300"];
+    let cold = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    assert_eq!(cold.code, Some(0), "{}\n{}", cold.stdout, cold.stderr);
+    assert!(
+        notes(&cold).iter().any(|n| n == "setup: running `npm ci`"),
+        "{:?}",
+        notes(&cold)
+    );
+    let report = cold.report.as_ref().unwrap();
+    assert_eq!(report["tests"]["passed"], json!(true), "{}", cold.stdout);
+    let egress = report["egress"].as_array().unwrap();
+    assert!(
+        egress
+            .iter()
+            .any(|d| d["allowed"] == json!(true) && d["port"] == json!(port)),
+        "npm went through the proxy: {egress:?}"
+    );
+    let requests = registry.count();
+    assert!(requests >= 1, "the tarball: {:?}", registry.paths.lock().unwrap());
+    let warm = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
+    assert!(
+        notes(&warm)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(&warm)
+    );
+    assert_eq!(registry.count(), requests, "the second run downloaded nothing");
+    assert!(warm.report.as_ref().unwrap().get("egress").is_none());
+    remove_caches(&project).await;
+}
+
+/// Go's setup path: `go mod download` from a `GOPROXY` of static files the test makes (in a
+/// directory of the project, as `file://`: Go never sends a loopback address through a proxy,
+/// so a proxy the test served on 127.0.0.1 could not be reached from the setup container),
+/// verified against the project's `go.sum`; the tests build offline from the cache's module
+/// cache, and the second run is served from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_downloads_modules_into_the_cache_once() {
+    use support::upstream::{Body, go_proxy};
+    let module = "agentbox.test/fixture";
+    let (routes, sum) = go_proxy(
+        module,
+        "v1.0.0",
+        &[(
+            "fixture.go",
+            "package fixture\n\nconst Value = \"from the module proxy\"\n",
+        )],
+    );
+    let project = Project::new(&[
+        (
+            "go.mod",
+            format!("module uses/fixture\n\ngo 1.21\n\nrequire {module} v1.0.0\n").as_str(),
+        ),
+        ("go.sum", sum.as_str()),
+        (
+            "fixture_test.go",
+            format!(
+                "package main\n\nimport (\n\t\"testing\"\n\n\t\"{module}\"\n)\n\n\
+                 func TestValue(t *testing.T) {{\n\tif fixture.Value != \"from the module proxy\" {{\n\t\tt.Fatal(fixture.Value)\n\t}}\n}}\n"
+            )
+            .as_str(),
+        ),
+        ("main.go", "package main\n\nfunc main() {}\n"),
+    ]);
+    for (path, body) in routes {
+        let Body::Bytes(data) = body else { unreachable!() };
+        let file = project.file(&format!("goproxy{path}"));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, data).unwrap();
+    }
+    project.chown_all();
+    let args = [
+        "--setup",
+        "GOPROXY=file:///workspace/goproxy GOSUMDB=off go mod download",
+        "--no-default-registries",
+        "--command-timeout",
+        "600",
+    ];
+    let cold = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    assert_eq!(cold.code, Some(0), "{}\n{}", cold.stdout, cold.stderr);
+    let report = cold.report.as_ref().unwrap();
+    assert_eq!(report["tests"]["passed"], json!(true), "{}", cold.stdout);
+    assert!(
+        notes(&cold)
+            .iter()
+            .any(|n| n.starts_with("setup: running `GOPROXY=file://")),
+        "{:?}",
+        notes(&cold)
+    );
+    let warm = hostile(&project, json!([done("Nothing to change.")]), &args).await;
+    assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
+    assert!(
+        notes(&warm)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(&warm)
+    );
+    assert!(warm.report.as_ref().unwrap().get("egress").is_none());
+    assert_eq!(
+        warm.report.as_ref().unwrap()["tests"]["passed"],
+        json!(true),
+        "offline, from the cache's module cache: {}",
+        warm.stdout
+    );
+    remove_caches(&project).await;
+}
+
+/// `exec` and `shell` open the environment `run` gives the agent: the same setup phase (its
+/// flags with the same meaning), the same cache read-only, the same offline agent phase. The
+/// second `exec` is served from the cache `run` would use; `--no-setup` leaves it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_shell_get_the_setup_and_cache_run_gets() {
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::http(simple_index("agentbox-fixture-pkg", &file, data)).await;
+    let port = index.addr.port();
+    let project = python_project();
+    let path = project.path().to_str().unwrap().to_string();
+    let setup = format!("pip install --index-url http://127.0.0.1:{port}/simple/ -r requirements.txt");
+    let allow = format!("127.0.0.1:{port}");
+    let probe = "python3 -c 'import agentbox_fixture_pkg as p; print(p.VALUE)'";
+    let exec = || {
+        let mut cmd = agentbox();
+        cmd.arg("exec")
+            .args(["--setup", setup.as_str(), "--allow-host", allow.as_str()])
+            .arg(&path)
+            .args(["--", "sh", "-c", probe]);
+        run(&mut cmd)
+    };
+    let cold = exec();
+    let err = text(&cold.stderr);
+    assert!(cold.status.success(), "{err}");
+    assert_eq!(text(&cold.stdout), "from the local index\n", "{err}");
+    assert!(err.contains("agentbox: setup: running `pip install"), "{err}");
+    let requests = index.count();
+    assert!(requests >= 2, "{:?}", index.paths.lock().unwrap());
+
+    let warm = exec();
+    let err = text(&warm.stderr);
+    assert_eq!(text(&warm.stdout), "from the local index\n", "{err}");
+    assert!(err.contains("dependencies from the cache"), "{err}");
+    assert_eq!(index.count(), requests, "the second exec asked the index nothing");
+
+    let bare = run(agentbox()
+        .args(["exec", "--no-setup"])
+        .arg(&path)
+        .args(["--", "sh", "-c", probe]));
+    assert!(
+        text(&bare.stderr).contains("ModuleNotFoundError"),
+        "{}",
+        text(&bare.stderr)
+    );
+
+    // A shell on a terminal: the same cache, without a download.
+    let mut pty = support::pty::Pty::spawn(&[
+        "shell",
+        "--setup",
+        setup.as_str(),
+        "--allow-host",
+        allow.as_str(),
+        &path,
+        "--",
+        "sh",
+        "-c",
+        probe,
+    ]);
+    assert_eq!(pty.wait_exit(), 0, "{}", pty.screen());
+    assert!(pty.screen().contains("from the local index"), "{}", pty.screen());
+    assert!(
+        pty.screen().contains("dependencies from the cache"),
+        "{}",
+        pty.screen()
+    );
+    assert_eq!(index.count(), requests);
+    remove_caches(&project).await;
 }

@@ -41,6 +41,12 @@ impl Upstream {
     }
 
     pub async fn http(routes: HashMap<String, Body>) -> Upstream {
+        Self::start(|_| routes, None).await
+    }
+
+    /// [`Upstream::http`], for routes that name the server's own port (an npm packument's
+    /// tarball URL).
+    pub async fn http_on_its_port(routes: impl FnOnce(u16) -> HashMap<String, Body>) -> Upstream {
         Self::start(routes, None).await
     }
 
@@ -73,14 +79,18 @@ impl Upstream {
             )
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let mut up = Self::start(routes, Some(acceptor)).await;
+        let mut up = Self::start(|_| routes, Some(acceptor)).await;
         up.ca_pem = Some(ca.pem());
         up
     }
 
-    async fn start(routes: HashMap<String, Body>, tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
+    async fn start(
+        routes: impl FnOnce(u16) -> HashMap<String, Body>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let routes = routes(addr.port());
         let requests = Arc::new(AtomicUsize::new(0));
         let paths = Arc::new(Mutex::new(Vec::new()));
         let routes = Arc::new(routes);
@@ -310,4 +320,106 @@ pub fn crate_package(name: &str, version: &str, lib_rs: &str) -> (Vec<u8>, Strin
     })
     .to_string();
     (package, path, line)
+}
+
+/// A static npm registry holding one package: its packument at `/NAME`, its tarball at
+/// `/NAME/-/NAME-VERSION.tgz` (a gzipped tar of `package/package.json` and
+/// `package/index.js`, which exports `value`), at `http://127.0.0.1:PORT`. Also the tarball's
+/// `integrity` (`sha512-...`), for a lockfile.
+pub fn npm_registry(port: u16, name: &str, version: &str, value: &str) -> (HashMap<String, Body>, String) {
+    use base64::Engine;
+    use sha2::Digest;
+    let manifest = serde_json::json!({"name": name, "version": version, "main": "index.js"}).to_string();
+    let index = format!("module.exports = {{ value: {value:?} }};\n");
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (path, data) in [
+        ("package/package.json", manifest.as_bytes()),
+        ("package/index.js", index.as_bytes()),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, path, data).unwrap();
+    }
+    let tgz = tar.into_inner().unwrap().finish().unwrap();
+    let integrity = format!(
+        "sha512-{}",
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(&tgz))
+    );
+    let shasum: String = sha1::Sha1::digest(&tgz)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tarball = format!("/{name}/-/{name}-{version}.tgz");
+    let packument = serde_json::json!({
+        "name": name,
+        "dist-tags": {"latest": version},
+        "versions": {version: {
+            "name": name, "version": version, "main": "index.js",
+            "dist": {"tarball": format!("http://127.0.0.1:{port}{tarball}"), "integrity": integrity, "shasum": shasum}
+        }}
+    })
+    .to_string();
+    let routes = HashMap::from([
+        (format!("/{name}"), Body::Bytes(packument.into_bytes())),
+        (tarball, Body::Bytes(tgz)),
+    ]);
+    (routes, integrity)
+}
+
+/// A `GOPROXY` of static files holding one module version (`go.mod` and `files`), and the two
+/// `go.sum` lines that pin it (Go's `h1:` digests, computed here as `dirhash.Hash1` does).
+pub fn go_proxy(module: &str, version: &str, files: &[(&str, &str)]) -> (HashMap<String, Body>, String) {
+    use base64::Engine;
+    use sha2::Digest;
+    let go_mod = format!("module {module}\n\ngo 1.21\n");
+    let h1 = |entries: &[(String, &[u8])]| {
+        let mut sorted: Vec<&(String, &[u8])> = entries.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let summary: String = sorted
+            .iter()
+            .map(|(name, data)| {
+                let digest: String = sha2::Sha256::digest(data)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                format!("{digest}  {name}\n")
+            })
+            .collect();
+        format!(
+            "h1:{}",
+            base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(summary.as_bytes()))
+        )
+    };
+    let prefix = format!("{module}@{version}");
+    let mut zipped: Vec<(String, Vec<u8>)> = vec![(format!("{prefix}/go.mod"), go_mod.clone().into_bytes())];
+    zipped.extend(
+        files
+            .iter()
+            .map(|(p, c)| (format!("{prefix}/{p}"), c.as_bytes().to_vec())),
+    );
+    let tree: Vec<(String, &[u8])> = zipped.iter().map(|(p, d)| (p.clone(), d.as_slice())).collect();
+    let sum = format!(
+        "{module} {version} {}\n{module} {version}/go.mod {}\n",
+        h1(&tree),
+        h1(&[("go.mod".to_string(), go_mod.as_bytes())])
+    );
+    let base = format!("/{module}/@v");
+    let routes = HashMap::from([
+        (
+            format!("{base}/list"),
+            Body::Bytes(format!("{version}\n").into_bytes()),
+        ),
+        (
+            format!("{base}/{version}.info"),
+            Body::Bytes(
+                format!("{{\"Version\":\"{version}\",\"Time\":\"2026-01-01T00:00:00Z\"}}").into_bytes(),
+            ),
+        ),
+        (format!("{base}/{version}.mod"), Body::Bytes(go_mod.into_bytes())),
+        (format!("{base}/{version}.zip"), Body::Bytes(stored_zip(&zipped))),
+    ]);
+    (routes, sum)
 }
