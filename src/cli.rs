@@ -140,6 +140,9 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub publish: PublishArgs,
 
+    #[command(flatten)]
+    pub setup: SetupArgs,
+
     /// Forward stdin to the command.
     #[arg(short, long)]
     pub interactive: bool,
@@ -167,6 +170,9 @@ pub struct ShellArgs {
 
     #[command(flatten)]
     pub publish: PublishArgs,
+
+    #[command(flatten)]
+    pub setup: SetupArgs,
 
     /// Mount the project read-only: look around without risk.
     #[arg(long, conflicts_with = "isolate")]
@@ -201,6 +207,9 @@ pub struct McpArgs {
 
     #[command(flatten)]
     pub publish: PublishArgs,
+
+    #[command(flatten)]
+    pub setup: SetupArgs,
 
     /// The project's test command for `run_tests`; repeat it for several [default: detected
     /// from the project's root manifests].

@@ -220,7 +220,13 @@ async fn warnings_exec_and_mcp_escape_the_repository_and_the_image() {
         "\\x1b]0;",
     ];
 
-    let exec = agentbox(&["exec", "--image", &image.0, path, "--", "true"], b"").await;
+    // --no-setup: the fixture's manifests are there to be warned about, not installed (pip
+    // would refuse its requires-python).
+    let exec = agentbox(
+        &["exec", "--no-setup", "--image", &image.0, path, "--", "true"],
+        b"",
+    )
+    .await;
     assert_eq!(exec.code, Some(0), "{}", text(&exec.stderr));
     seen.check("exec's warnings", &exec.stderr, &warned);
     // The python label's own fixture (the image's, not the manifest's) is in the warning too.
@@ -237,7 +243,7 @@ async fn warnings_exec_and_mcp_escape_the_repository_and_the_image() {
     let printed = format!(
         "printf '%s' \"$(printf 'out \\033]0;{MARKER}\\007 \\302\\233 done')\"; printf '\\033]52;c;eA==\\007' >&2"
     );
-    let mut pty = Pty::spawn(&["exec", path, "--", "sh", "-c", &printed]);
+    let mut pty = Pty::spawn(&["exec", "--no-setup", path, "--", "sh", "-c", &printed]);
     pty.wait_exit();
     let screen = pty.screen();
     seen.check(

@@ -217,6 +217,18 @@ async fn the_sandbox_goes_with_the_server() {
             .spawn()
             .unwrap();
         let pid = child.id();
+        // The sandbox opens behind the client's `initialize`.
+        {
+            use std::io::Write;
+            let init = serde_json::json!({
+                "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "raw-test", "version": "0"}}
+            });
+            let stdin = child.stdin.as_mut().unwrap();
+            writeln!(stdin, "{init}").unwrap();
+            stdin.flush().unwrap();
+        }
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
         while !line.contains("MCP server on stdio") {
@@ -405,6 +417,11 @@ impl Raw {
                     self.stderr()
                 )
             });
+            // A log message (`notifications/message`, the session's progress) is no reply.
+            if r.get("id").is_none() {
+                self.seen.push(r);
+                continue;
+            }
             assert!(is_refused(&r), "not a refusal: {r}");
             ids.push(r["id"].as_u64().unwrap());
             self.seen.push(r);
@@ -625,4 +642,85 @@ async fn isolate_reads_back_only_what_ran_before_the_client_went() {
         "the running call went on after the client went:\n{written}"
     );
     assert!(stderr.contains("1 file(s) changed"), "{stderr}");
+}
+
+/// mcp opens the environment `run` gives the agent (setup, its cache), behind the client's
+/// `initialize`: the answer comes while setup still runs (here it waits for a file the test
+/// creates only after that answer), setup's progress arrives as log messages, and a call sent
+/// meanwhile waits for setup and then sees the dependency it installed.
+// Multi-threaded: the test's own index serves while the test blocks on the server's replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_is_answered_before_setup_ends_and_calls_wait_for_it() {
+    use support::upstream::{Upstream, simple_index, wheel};
+    let _ = docker().await;
+    let (file, data) = wheel("agentbox_fixture_pkg", "1.0", "from the local index");
+    let index = Upstream::http(simple_index("agentbox-fixture-pkg", &file, data)).await;
+    let port = index.addr.port();
+    let project = Project::new(&[("requirements.txt", "agentbox-fixture-pkg==1.0\n")]);
+    let setup = format!(
+        "until [ -e /workspace/.gate ]; do sleep 0.1; done; \
+         pip install --index-url http://127.0.0.1:{port}/simple/ -r requirements.txt"
+    );
+    let allow = format!("127.0.0.1:{port}");
+    // `Raw::start` waits for the answer to `initialize`: setup is blocked until the gate exists.
+    let mut mcp = Raw::start(&project, &["--setup", &setup, "--allow-host", &allow]);
+    assert!(
+        !project.file(".gate").exists() && index.count() == 0,
+        "answered before setup went on"
+    );
+    mcp.call(
+        1,
+        "bash",
+        serde_json::json!({"command": "python3 -c 'import agentbox_fixture_pkg as p; print(p.VALUE)'"}),
+    );
+    std::fs::write(project.file(".gate"), "").unwrap();
+    let reply = mcp.reply(1, Duration::from_secs(300));
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("from the local index"), "{reply}\n{}", mcp.stderr());
+    let logs: Vec<String> = mcp
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "notifications/message")
+        .filter_map(|v| v["params"]["data"].as_str().map(String::from))
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|l| l.starts_with("agentbox: setup: running `until"))
+            && logs.iter().any(|l| l.contains("ready")),
+        "setup's progress as log messages: {logs:?}"
+    );
+    assert!(
+        mcp.close_and_wait(Duration::from_secs(120)).success(),
+        "{}",
+        mcp.stderr()
+    );
+    let docker = docker().await;
+    for (name, of) in agentbox::sandbox::caches::list(&docker).await.unwrap() {
+        if of == project.path().display().to_string() {
+            agentbox::sandbox::caches::remove(&docker, &name).await;
+        }
+    }
+}
+
+/// A setup that fails: the client still gets its answers, and every call says why there is no
+/// sandbox; the server ends with exit 4 when the client goes.
+#[tokio::test]
+async fn a_failed_setup_is_every_calls_error() {
+    let _ = docker().await;
+    let project = Project::new(&[]);
+    let mut mcp = Raw::start(&project, &["--setup", "echo setup-broke >&2; exit 3"]);
+    mcp.call(1, "list_files", serde_json::json!({}));
+    let reply = mcp.reply(1, Duration::from_secs(180));
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("not run: the sandbox could not be opened") && text.contains("setup failed"),
+        "{reply}"
+    );
+    assert_eq!(
+        mcp.close_and_wait(Duration::from_secs(60)).code(),
+        Some(4),
+        "{}",
+        mcp.stderr()
+    );
 }

@@ -8,14 +8,16 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::McpArgs;
 use crate::config::SandboxConfig;
-use crate::mcp::{Server, Tools};
+use crate::mcp::{Ready, Server, Tools};
 use crate::sandbox::{Cleanup, Sandbox};
+
 use crate::session::{IsolatedCopy, baseline};
 use crate::tools::{ToolRegistry, ToolSettings};
 
 pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
+    let setup = crate::config::SetupSettings::from_args(&args.setup)?;
     let cleanup_claims = cleanup.clone();
     cfg.cleanup = cleanup;
     let root = args.project.clone();
@@ -30,42 +32,22 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
-    // The sandbox exists before the first message is read: the client's `initialize` is
-    // answered by a server whose tools are ready.
-    let (sandbox, copy) = if args.isolate || super::copy_for_remote_engine(&args.project) {
-        let (sandbox, copy) = IsolatedCopy::open(&cfg, &args.project, args.patch.clone()).await?;
-        (sandbox, Some(copy))
-    } else {
-        (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
-    };
-    if let Err(e) = published.announce(&sandbox).await {
-        let _ = sandbox.shutdown().await;
-        return Err(e.into());
-    }
     for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
-    let timeout = cfg.command_timeout_for(&sandbox.info().image);
-    let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
-        .await
-        .err();
+    let timeout = cfg.command_timeout_for(&cfg.image);
     let settings = ToolSettings {
         command_timeout: timeout,
         test_commands,
         protect_tests: args.protect_tests,
         ..Default::default()
     };
-    errln!(
-        "agentbox: MCP server on stdio; sandbox {} ({}) on {}",
-        crate::output::escaped(&sandbox.info().session),
-        crate::output::escaped(&sandbox.info().image),
-        crate::output::escaped(args.project.display())
-    );
+    // The tools are known before the sandbox is: the client's `initialize` and `tools/list`
+    // are answered at once, and setup (which may take minutes) runs behind them, its progress
+    // sent as log messages; a call that comes meanwhile waits for it.
     let server = Server::new(Tools {
-        sandbox,
         registry: ToolRegistry::standard(!args.no_shell, false),
         settings,
-        baseline_error,
     });
     // SIGINT and SIGTERM end the session here, like the client's going away, so that the
     // patch is written before the sandbox goes.
@@ -74,12 +56,22 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut code = 0;
+    let isolate = args.isolate || super::copy_for_remote_engine(&args.project);
+    let mut opener = None;
     let served = async {
         let running = server
             .clone()
             .serve((server.stdin(), tokio::io::stdout()))
             .await
             .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
+        let environment = Environment {
+            cfg: cfg.clone(),
+            setup: setup.clone(),
+            project: args.project.clone(),
+            isolate: isolate.then(|| args.patch.clone()),
+            peer: running.peer().clone(),
+        };
+        opener = Some(tokio::spawn(open(environment, server.clone(), published)));
         let stop = running.cancellation_token();
         tokio::select! {
             // Ends when the client closes stdin (it disconnected or died).
@@ -93,13 +85,33 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     // From here no call runs: those waiting give up, the one running is stopped, and the turn
     // is held to the end, so the read-back sees the sandbox as the calls answered left it.
     let _turn = server.end().await;
+    // An environment still being set up is given up: what it made is registered with the
+    // cleanup, which removes it.
+    let opened = match opener {
+        Some(task) if task.is_finished() => task.await.ok(),
+        Some(task) => {
+            task.abort();
+            let _ = task.await;
+            None
+        }
+        None => None,
+    };
+    let Some(sandbox) = server.sandbox() else {
+        served?;
+        // The environment could not be opened: said on stderr and to the client.
+        return Ok(if code == 0 && matches!(opened, Some(Err(()))) {
+            4
+        } else {
+            code
+        });
+    };
+    let (copy, published) = match opened {
+        Some(Ok(kept)) => (kept.copy, Some(kept.published)),
+        _ => (None, None),
+    };
     // The client is gone: what it left running in the background ends with the session (before
     // the read-back, which needs the sandbox quiet).
-    if let Ok(Ok(stopped)) = server
-        .sandbox()
-        .stop_processes(None, "at the end of the session")
-        .await
-    {
+    if let Ok(Ok(stopped)) = sandbox.stop_processes(None, "at the end of the session").await {
         let why = Some("at the end of the session");
         for p in stopped.iter().filter(|p| p.stopped.as_deref() == why) {
             errln!(
@@ -110,7 +122,6 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         }
     }
     if let Some(copy) = &copy {
-        let sandbox = server.sandbox();
         // Nothing may write while the changes are read back.
         let _ = sandbox.interrupt().await;
         match copy.finish(sandbox, timeout, &sandbox.info().session).await {
@@ -132,8 +143,8 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         }
     }
     drop(published);
-    server.sandbox().shutdown().await?;
-    if let Some(check) = server.sandbox().check_host() {
+    sandbox.shutdown().await?;
+    if let Some(check) = sandbox.check_host() {
         for w in &check.warnings {
             errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
         }
@@ -145,4 +156,165 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     served?;
     Ok(code)
+}
+
+/// What opening the session's environment needs, moved into its task.
+struct Environment {
+    cfg: SandboxConfig,
+    setup: crate::config::SetupSettings,
+    project: std::path::PathBuf,
+    /// `--isolate` (or a remote engine), with `--patch` if given.
+    isolate: Option<Option<std::path::PathBuf>>,
+    peer: rmcp::Peer<rmcp::RoleServer>,
+}
+
+/// What lives as long as the sandbox, besides it.
+struct Kept {
+    copy: Option<IsolatedCopy>,
+    published: super::publish::Published,
+    _prepared: crate::session::setup_phase::Prepared,
+}
+
+/// Setup (or its cache), then the sandbox: the environment `run` gives the agent. The server is
+/// told the outcome; a failure is printed, sent as an error log message, and the answer to
+/// every call.
+#[allow(
+    deprecated,
+    reason = "MCP logging (notifications/message) is what clients show today; SEP-2577 deprecates it for a later protocol release"
+)]
+async fn open(env: Environment, server: Server, published: super::publish::Published) -> Result<Kept, ()> {
+    let log = PeerLog::start(env.peer.clone());
+    let project = env.project.clone();
+    let opened = open_inner(env, published, log.clone()).await;
+    match opened {
+        Ok((ready, kept)) => {
+            errln!(
+                "agentbox: MCP server on stdio; sandbox {} ({}) on {}",
+                crate::output::escaped(&ready.sandbox.info().session),
+                crate::output::escaped(&ready.sandbox.info().image),
+                crate::output::escaped(project.display()),
+            );
+            log.send(
+                rmcp::model::LoggingLevel::Info,
+                format!("agentbox: sandbox {} ready", ready.sandbox.info().session),
+            );
+            server.opened(Ok(ready));
+            Ok(kept)
+        }
+        Err(e) => {
+            let e = format!("{e:#}");
+            errln!("agentbox: error: {}", crate::output::escaped(&e));
+            log.send(rmcp::model::LoggingLevel::Error, format!("agentbox: {e}"));
+            server.opened(Err(e));
+            Err(())
+        }
+    }
+}
+
+async fn open_inner(
+    mut env: Environment,
+    published: super::publish::Published,
+    log: PeerLog,
+) -> anyhow::Result<(Ready, Kept)> {
+    let copied = env
+        .isolate
+        .is_some()
+        .then(crate::config::IsolateSettings::default);
+    let prepared = crate::session::setup_phase::prepare(
+        crate::session::setup_phase::Scope {
+            setup: &env.setup,
+            isolate: copied.as_ref(),
+            say_why_nothing: false,
+        },
+        &mut env.cfg,
+        &env.project,
+        vec![Box::new(log)],
+    )
+    .await?;
+    let (sandbox, copy) = match env.isolate {
+        Some(patch) => {
+            let (sandbox, copy) = IsolatedCopy::open(&env.cfg, &env.project, patch).await?;
+            (sandbox, Some(copy))
+        }
+        None => (
+            crate::session::open_sandbox(&env.cfg, &env.project).await?.1,
+            None,
+        ),
+    };
+    if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
+    let timeout = env.cfg.command_timeout_for(&sandbox.info().image);
+    let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
+        .await
+        .err();
+    Ok((
+        Ready {
+            sandbox,
+            baseline_error,
+        },
+        Kept {
+            copy,
+            published,
+            _prepared: prepared,
+        },
+    ))
+}
+
+/// The session's progress lines (setup's, the sandbox's start), sent to the client as MCP log
+/// messages (`notifications/message`) in the order they came, by a task of its own.
+#[allow(
+    deprecated,
+    reason = "MCP logging (notifications/message) is what clients show today; SEP-2577 deprecates it for a later protocol release"
+)]
+#[derive(Clone)]
+struct PeerLog(tokio::sync::mpsc::UnboundedSender<(rmcp::model::LoggingLevel, String)>);
+
+#[allow(
+    deprecated,
+    reason = "MCP logging (notifications/message) is what clients show today; SEP-2577 deprecates it for a later protocol release"
+)]
+impl PeerLog {
+    fn start(peer: rmcp::Peer<rmcp::RoleServer>) -> PeerLog {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(rmcp::model::LoggingLevel, String)>();
+        tokio::spawn(async move {
+            while let Some((level, line)) = rx.recv().await {
+                let message =
+                    rmcp::model::LoggingMessageNotificationParam::new(level, serde_json::Value::String(line))
+                        .with_logger("agentbox");
+                if peer.notify_logging_message(message).await.is_err() {
+                    break;
+                }
+            }
+        });
+        PeerLog(tx)
+    }
+
+    fn send(&self, level: rmcp::model::LoggingLevel, line: String) {
+        let _ = self.0.send((level, line));
+    }
+}
+
+#[allow(
+    deprecated,
+    reason = "MCP logging (notifications/message) is what clients show today; SEP-2577 deprecates it for a later protocol release"
+)]
+impl crate::events::EventSink for PeerLog {
+    fn emit(&self, event: &crate::events::Event<'_>) {
+        use crate::events::Event;
+        use rmcp::model::LoggingLevel;
+        match event {
+            Event::Note { message } => self.send(LoggingLevel::Info, format!("agentbox: {message}")),
+            Event::SetupOutput { command, status, .. } => self.send(
+                LoggingLevel::Info,
+                format!("agentbox: setup: `{command}`: {status}"),
+            ),
+            Event::Egress { decision, .. } if !decision.allowed => self.send(
+                LoggingLevel::Warning,
+                format!("agentbox: setup: blocked {}:{}", decision.host, decision.port),
+            ),
+            _ => {}
+        }
+    }
 }

@@ -34,6 +34,7 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     interactive(
         &args.sandbox,
         &args.publish,
+        &args.setup,
         &args.project,
         command,
         options,
@@ -53,6 +54,7 @@ pub struct Options {
 pub async fn interactive(
     sandbox_args: &crate::cli::SandboxArgs,
     publish: &crate::cli::PublishArgs,
+    setup_args: &crate::cli::SetupArgs,
     project: &Path,
     command: Vec<String>,
     mut options: Options,
@@ -73,6 +75,22 @@ pub async fn interactive(
     let mut cfg = SandboxConfig::from_args(sandbox_args)?;
     cfg.cleanup = cleanup;
     super::exec::choose_image_quietly(&mut cfg, project).await?;
+    // The environment `run` gives the agent: setup (or its cache) before the sandbox. With
+    // --isolate or --read-only the project is only read: setup works on a copy of its own.
+    let setup = crate::config::SetupSettings::from_args(setup_args)?;
+    let copied =
+        (options.isolate.is_some() || options.read_only).then(crate::config::IsolateSettings::default);
+    let _prepared = crate::session::setup_phase::prepare(
+        crate::session::setup_phase::Scope {
+            setup: &setup,
+            isolate: copied.as_ref(),
+            say_why_nothing: false,
+        },
+        &mut cfg,
+        project,
+        Vec::new(),
+    )
+    .await?;
     let published = super::publish::Published::start(publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let (sandbox, copy) = match &options.isolate {

@@ -35,11 +35,16 @@ pub const MAX_CALLS_IN_FLIGHT: usize = 5;
 /// 16 MiB (rmcp's line limit), so two of the largest fit.
 pub const MAX_ARGUMENT_BYTES_IN_FLIGHT: usize = 32 << 20;
 
-/// What the server offers, on one sandbox.
+/// What the server offers: known before the sandbox exists, so the client's `initialize` and
+/// `tools/list` are answered while setup runs.
 pub struct Tools {
-    pub sandbox: DockerSandbox,
     pub registry: ToolRegistry,
     pub settings: ToolSettings,
+}
+
+/// The session's sandbox, once setup and the sandbox's start are over.
+pub struct Ready {
+    pub sandbox: DockerSandbox,
     /// Why there is no `diff` (the baseline could not be taken), if so.
     pub baseline_error: Option<String>,
 }
@@ -52,6 +57,8 @@ pub struct Server {
 
 struct Inner {
     tools: Tools,
+    /// The sandbox, or why there is none (setup failed, the engine refused): calls wait for it.
+    ready: tokio::sync::SetOnce<Result<Ready, String>>,
     /// One call at a time on the sandbox: the executor's after-command sweep would kill a
     /// concurrent one. Tokio's mutex is fair, so calls run in the order they arrived.
     turn: tokio::sync::Mutex<()>,
@@ -93,6 +100,7 @@ impl Server {
         Server {
             inner: Arc::new(Inner {
                 tools,
+                ready: tokio::sync::SetOnce::new(),
                 turn: tokio::sync::Mutex::new(()),
                 load: Mutex::new(Load::default()),
                 over: CancellationToken::new(),
@@ -100,8 +108,18 @@ impl Server {
         }
     }
 
-    pub fn sandbox(&self) -> &DockerSandbox {
-        &self.inner.tools.sandbox
+    /// The session's environment is ready (or failed): calls waiting for it run (or are told
+    /// why not). Said once; a second word is ignored.
+    pub fn opened(&self, ready: Result<Ready, String>) {
+        let _ = self.inner.ready.set(ready);
+    }
+
+    /// The sandbox, once there is one.
+    pub fn sandbox(&self) -> Option<&DockerSandbox> {
+        match self.inner.ready.get() {
+            Some(Ok(ready)) => Some(&ready.sandbox),
+            _ => None,
+        }
     }
 
     /// Every tool as MCP describes tools: the registry's specs and the `diff` tool, each
@@ -194,7 +212,11 @@ impl Server {
                     Stopped::Cancelled => "stopped: the call was cancelled",
                     Stopped::SessionOver => "stopped: the session ended",
                 };
-                match self.inner.tools.sandbox.cancel_call().await {
+                let Some(sandbox) = self.sandbox() else {
+                    // It was still waiting for setup: nothing ran.
+                    return CallToolResult::error(vec![ContentBlock::text(message)]);
+                };
+                match sandbox.cancel_call().await {
                     Ok(()) => CallToolResult::error(vec![ContentBlock::text(message)]),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot stop the cancelled call");
@@ -224,12 +246,21 @@ impl Server {
 
     async fn run(&self, name: &str, arguments: Option<serde_json::Map<String, Value>>) -> CallToolResult {
         let t = &self.inner.tools;
+        // A call that comes while setup runs waits for it (the client was answered at once).
+        let ready = match self.inner.ready.wait().await {
+            Ok(ready) => ready,
+            Err(e) => {
+                return CallToolResult::error(vec![ContentBlock::text(format!(
+                    "not run: the sandbox could not be opened: {e}"
+                ))]);
+            }
+        };
         if name == DIFF_TOOL {
-            if let Some(e) = &t.baseline_error {
+            if let Some(e) = &ready.baseline_error {
                 return CallToolResult::error(vec![ContentBlock::text(format!("no diff: {e}"))]);
             }
             let timeout = t.settings.command_timeout.max(Duration::from_secs(60));
-            return match baseline::diff(&t.sandbox, timeout, MAX_DIFF_BYTES).await {
+            return match baseline::diff(&ready.sandbox, timeout, MAX_DIFF_BYTES).await {
                 Ok(d) if d.is_empty() => CallToolResult::success(vec![ContentBlock::text("(no changes)")]),
                 Ok(d) => CallToolResult::success(vec![ContentBlock::text(d)]),
                 Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("no diff: {e}"))]),
@@ -241,7 +272,7 @@ impl Server {
             arguments: ToolArgs::Json(arguments.map(Value::Object).unwrap_or(Value::Null)),
         };
         let ctx = ToolContext {
-            sandbox: &t.sandbox,
+            sandbox: &ready.sandbox,
             settings: &t.settings,
             approver: None,
         };
@@ -324,15 +355,33 @@ fn describe(name: String, description: String, schema: Value, read_only: bool) -
     Tool::new(name, description, Arc::new(schema)).annotate(annotations)
 }
 
+#[allow(
+    deprecated,
+    reason = "MCP logging (notifications/message) is what clients show today; SEP-2577 deprecates it for a later protocol release"
+)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("agentbox", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Tools that run in a locked-down container (no network, only the project mounted at \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new("agentbox", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Tools that run in a locked-down container (no network, only the project mounted at \
                  /workspace). Paths are relative to the project root. Calls run one at a time; at most five \
                  wait or run at once (more are refused: send them again once one is answered).",
-            )
+        )
+    }
+
+    /// Setup's progress comes as log messages whatever the level (a few lines per session).
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     async fn list_tools(

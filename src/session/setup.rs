@@ -166,7 +166,12 @@ impl Session {
         let mut sandbox_cfg = settings.sandbox.clone();
         sandbox_cfg.image = plan.image.image.clone();
         let egress = super::setup_phase::EgressLog::default();
-        let setup = super::setup_phase::run(settings, &sandbox_cfg, project, &events, &egress).await?;
+        let scope = super::setup_phase::Scope {
+            setup: &settings.setup,
+            isolate: settings.isolate.as_ref(),
+            say_why_nothing: true,
+        };
+        let setup = super::setup_phase::run(scope, &sandbox_cfg, project, &events, &egress).await?;
         sandbox_cfg.extras = setup.agent_extras;
         warnings.extend(setup.notes.iter().cloned());
         sandbox_cfg

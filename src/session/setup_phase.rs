@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::{AgentSettings, SandboxConfig};
+use crate::config::{IsolateSettings, SandboxConfig, SetupSettings};
 use crate::egress::{Decision, Proxy};
 use crate::events::{Event, EventSink, Fanout};
 use crate::project::setup::{self as plan, DEPS_DIR, Phase};
@@ -20,6 +20,17 @@ use crate::sandbox::caches::{self, CACHE_LABEL, CacheState};
 use crate::sandbox::{
     BASE_PATH, DockerSandbox, EGRESS_PORT, ExecRequest, Extras, Sandbox, SandboxError, VolumeMount,
 };
+
+/// What the setup phase needs of a session's settings, the same for every face (`run`, `chat`,
+/// `eval`, `exec`, `shell`, `mcp`): the setup flags, and whether the project is copied in
+/// (`--isolate`: setup then works on a copy of its own).
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub setup: &'a SetupSettings,
+    pub isolate: Option<&'a IsolateSettings>,
+    /// Say why setup has nothing to install (`run`'s report), or stay quiet then.
+    pub say_why_nothing: bool,
+}
 
 /// Every decision of the session's proxies, for the report.
 pub type EgressLog = Arc<Mutex<Vec<(String, Decision)>>>;
@@ -99,7 +110,7 @@ pub(crate) fn proxy_env() -> Vec<(String, String)> {
 type Quiet = Arc<std::sync::atomic::AtomicBool>;
 
 fn start_proxy(
-    settings: &AgentSettings,
+    settings: Scope<'_>,
     events: &Arc<Fanout>,
     log: &EgressLog,
     phase: &'static str,
@@ -134,14 +145,14 @@ fn note(events: &Fanout, message: String) {
 /// Run the setup phase for `project` (see the module's documentation). `cfg` has the image the
 /// session will use.
 pub async fn run(
-    settings: &AgentSettings,
+    settings: Scope<'_>,
     cfg: &SandboxConfig,
     project: &Path,
     events: &Arc<Fanout>,
     log: &EgressLog,
 ) -> Result<SetupOutcome, SetupError> {
     let mut outcome = SetupOutcome::default();
-    let setup = &settings.setup;
+    let setup = settings.setup;
     let root = project.to_path_buf();
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root))
         .await
@@ -159,8 +170,12 @@ pub async fn run(
         setup.commands.clone()
     } else {
         let defaults = plan::defaults(project, &detection);
-        for line in &defaults.notes {
-            note(events, format!("setup: {line}"));
+        // A face whose stderr is the user's command's (`exec`) says nothing when there is
+        // nothing to do.
+        if settings.say_why_nothing || !defaults.commands.is_empty() {
+            for line in &defaults.notes {
+                note(events, format!("setup: {line}"));
+            }
         }
         runs_project_code = defaults.runs_project_code;
         defaults.commands.into_iter().map(|(_, c)| c).collect()
@@ -397,6 +412,37 @@ fn describe(proxy: &Proxy) -> String {
     }
 }
 
+/// What a face that opens its own sandbox keeps for as long as the sandbox lives: the agent
+/// phase's proxy and CA bundle (`--agent-network allowlist`).
+pub struct Prepared {
+    _proxy: Option<Proxy>,
+    _ca_bundle: Option<super::trust::Bundle>,
+}
+
+/// The setup phase for a face that opens its sandbox itself (`exec`, `shell`, `mcp`): the same
+/// phase, caches and flags as `run`'s, its progress on stderr (and to `also`). `cfg`, with the
+/// session's image, gains what the agent phase mounts (the cache read-only, its environment,
+/// and with `--agent-network allowlist` the proxy), beside the forwards it already has.
+pub async fn prepare(
+    scope: Scope<'_>,
+    cfg: &mut SandboxConfig,
+    project: &Path,
+    also: Vec<Box<dyn EventSink>>,
+) -> Result<Prepared, SetupError> {
+    let printer = crate::events::Printer::new(crate::events::Redactor::new(Vec::new()));
+    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(printer)];
+    sinks.extend(also);
+    let events = Arc::new(Fanout(sinks));
+    let outcome = run(scope, cfg, project, &events, &EgressLog::default()).await?;
+    let forwards = std::mem::take(&mut cfg.extras.forwards);
+    cfg.extras = outcome.agent_extras;
+    cfg.extras.forwards.extend(forwards);
+    Ok(Prepared {
+        _proxy: outcome.proxy,
+        _ca_bundle: outcome.ca_bundle,
+    })
+}
+
 /// Fill the cache `name`: a setup container, the registries asked of the image's tools, the
 /// commands in turn. Committed only if every command succeeds; removed otherwise.
 #[allow(
@@ -404,7 +450,7 @@ fn describe(proxy: &Proxy) -> String {
     reason = "one call site; the phase's whole context"
 )]
 async fn fill(
-    settings: &AgentSettings,
+    settings: Scope<'_>,
     cfg: &SandboxConfig,
     project: &Path,
     events: &Arc<Fanout>,
@@ -562,7 +608,7 @@ async fn fill(
     reason = "one call site; the phase's whole context"
 )]
 async fn run_commands(
-    settings: &AgentSettings,
+    settings: Scope<'_>,
     sandbox: &DockerSandbox,
     (proxy, quiet): (&Proxy, &Quiet),
     events: &Arc<Fanout>,
