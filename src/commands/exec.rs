@@ -51,19 +51,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     choose_image_quietly(&mut cfg, &args.project).await?;
     // The environment `run` gives the agent: setup (or its cache) before the sandbox.
-    let setup = crate::config::SetupSettings::from_args(&args.setup)?;
-    let copied = super::copy_for_remote_engine(&args.project).then(crate::config::IsolateSettings::default);
-    let _prepared = crate::session::setup_phase::prepare(
-        crate::session::setup_phase::Scope {
-            setup: &setup,
-            isolate: copied.as_ref(),
-            say_why_nothing: false,
-        },
-        &mut cfg,
-        &args.project,
-        Vec::new(),
-    )
-    .await?;
+    let copied = super::copy_for_remote_engine(&args.project);
+    let _prepared =
+        super::prepare_environment(&args.setup, copied, &mut cfg, &args.project, Vec::new()).await?;
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
     // A remote engine cannot mount the project: the command works on a copy, and what it

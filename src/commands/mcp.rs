@@ -17,7 +17,8 @@ use crate::tools::{ToolRegistry, ToolSettings};
 pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
-    let setup = crate::config::SetupSettings::from_args(&args.setup)?;
+    // A bad setup flag is a usage error before any work, not a failed session.
+    crate::config::SetupSettings::from_args(&args.setup)?;
     let cleanup_claims = cleanup.clone();
     cfg.cleanup = cleanup;
     let root = args.project.clone();
@@ -66,7 +67,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
         let environment = Environment {
             cfg: cfg.clone(),
-            setup: setup.clone(),
+            setup: args.setup.clone(),
             project: args.project.clone(),
             isolate: isolate.then(|| args.patch.clone()),
             peer: running.peer().clone(),
@@ -161,7 +162,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
 /// What opening the session's environment needs, moved into its task.
 struct Environment {
     cfg: SandboxConfig,
-    setup: crate::config::SetupSettings,
+    setup: crate::cli::SetupArgs,
     project: std::path::PathBuf,
     /// `--isolate` (or a remote engine), with `--patch` if given.
     isolate: Option<Option<std::path::PathBuf>>,
@@ -216,16 +217,9 @@ async fn open_inner(
     published: super::publish::Published,
     log: PeerLog,
 ) -> anyhow::Result<(Ready, Kept)> {
-    let copied = env
-        .isolate
-        .is_some()
-        .then(crate::config::IsolateSettings::default);
-    let prepared = crate::session::setup_phase::prepare(
-        crate::session::setup_phase::Scope {
-            setup: &env.setup,
-            isolate: copied.as_ref(),
-            say_why_nothing: false,
-        },
+    let prepared = super::prepare_environment(
+        &env.setup,
+        env.isolate.is_some(),
         &mut env.cfg,
         &env.project,
         vec![Box::new(log)],

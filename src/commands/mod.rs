@@ -12,6 +12,27 @@ pub mod publish;
 pub mod run;
 pub mod shell;
 
+/// The environment `run` gives the agent, for a face that opens its sandbox itself (`exec`,
+/// `shell`, `mcp`): the setup phase (or its cache) with `args`' flags, quiet when there is
+/// nothing to install; with `copied` (the project is only read, or copied in) setup works on a
+/// copy. `cfg` gains what the sandbox mounts; the result lives as long as the sandbox.
+pub(crate) async fn prepare_environment(
+    args: &crate::cli::SetupArgs,
+    copied: bool,
+    cfg: &mut crate::config::SandboxConfig,
+    project: &std::path::Path,
+    also: Vec<Box<dyn crate::events::EventSink>>,
+) -> anyhow::Result<crate::session::setup_phase::Prepared> {
+    let setup = crate::config::SetupSettings::from_args(args)?;
+    let copy = copied.then(crate::config::IsolateSettings::default);
+    let scope = crate::session::setup_phase::Scope {
+        setup: &setup,
+        isolate: copy.as_ref(),
+        say_why_nothing: false,
+    };
+    Ok(crate::session::setup_phase::prepare(scope, cfg, project, also).await?)
+}
+
 /// A remote engine (see `sandbox::engine`) cannot bind-mount `project`: the command takes the
 /// `--isolate` path instead. Says so on stderr, in one line; true when it does.
 pub fn copy_for_remote_engine(project: &std::path::Path) -> bool {

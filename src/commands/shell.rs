@@ -77,20 +77,8 @@ pub async fn interactive(
     super::exec::choose_image_quietly(&mut cfg, project).await?;
     // The environment `run` gives the agent: setup (or its cache) before the sandbox. With
     // --isolate or --read-only the project is only read: setup works on a copy of its own.
-    let setup = crate::config::SetupSettings::from_args(setup_args)?;
-    let copied =
-        (options.isolate.is_some() || options.read_only).then(crate::config::IsolateSettings::default);
-    let _prepared = crate::session::setup_phase::prepare(
-        crate::session::setup_phase::Scope {
-            setup: &setup,
-            isolate: copied.as_ref(),
-            say_why_nothing: false,
-        },
-        &mut cfg,
-        project,
-        Vec::new(),
-    )
-    .await?;
+    let copied = options.isolate.is_some() || options.read_only;
+    let _prepared = super::prepare_environment(setup_args, copied, &mut cfg, project, Vec::new()).await?;
     let published = super::publish::Published::start(publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let (sandbox, copy) = match &options.isolate {
