@@ -1199,6 +1199,19 @@ async fn a_test_scripts_missing_programs_stop_the_run_before_the_model() {
     assert_eq!(run.steps(), 0, "no model request");
 }
 
+/// A run that passed with its dependencies from the cache: no setup, no proxy.
+fn assert_from_the_cache(run: &Run) {
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        notes(run)
+            .iter()
+            .any(|n| n.contains("dependencies from the cache")),
+        "{:?}",
+        notes(run)
+    );
+    assert!(run.report.as_ref().unwrap().get("egress").is_none());
+}
+
 /// Node like CI, against a static npm registry the test serves on loopback: the project's own
 /// `.npmrc` points npm there (npm reads it; the allowlist never does), the default `npm ci`
 /// installs the lockfile's devDependency through the proxy, the tests import it offline, and
@@ -1258,16 +1271,8 @@ async fn node_installs_with_npm_ci_from_a_loopback_registry_once() {
     let requests = registry.count();
     assert!(requests >= 1, "the tarball: {:?}", registry.paths.lock().unwrap());
     let warm = hostile(&project, json!([done("Nothing to change.")]), &args).await;
-    assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
-    assert!(
-        notes(&warm)
-            .iter()
-            .any(|n| n.contains("dependencies from the cache")),
-        "{:?}",
-        notes(&warm)
-    );
+    assert_from_the_cache(&warm);
     assert_eq!(registry.count(), requests, "the second run downloaded nothing");
-    assert!(warm.report.as_ref().unwrap().get("egress").is_none());
     remove_caches(&project).await;
 }
 
@@ -1330,15 +1335,7 @@ async fn go_downloads_modules_into_the_cache_once() {
         notes(&cold)
     );
     let warm = hostile(&project, json!([done("Nothing to change.")]), &args).await;
-    assert_eq!(warm.code, Some(0), "{}\n{}", warm.stdout, warm.stderr);
-    assert!(
-        notes(&warm)
-            .iter()
-            .any(|n| n.contains("dependencies from the cache")),
-        "{:?}",
-        notes(&warm)
-    );
-    assert!(warm.report.as_ref().unwrap().get("egress").is_none());
+    assert_from_the_cache(&warm);
     assert_eq!(
         warm.report.as_ref().unwrap()["tests"]["passed"],
         json!(true),

@@ -228,14 +228,14 @@ pub fn requirement_closure(root: &Path) -> (Vec<String>, bool) {
 /// The cache key (see the module's documentation). `runs_project_code`: setup runs code of
 /// the project (given commands, a package installed from the checkout, npm's scripts).
 pub fn cache_key(root: &Path, image: &str, uid: u32, commands: &[String], runs_project_code: bool) -> String {
-    cache_key_skipping(root, image, uid, commands, runs_project_code, &BTreeMap::new())
+    cache_key_as_found(root, image, uid, commands, runs_project_code, &BTreeMap::new())
 }
 
 /// The same key with the files setup wrote (`as_found`: paths from the root) as setup found
 /// them: each one's state before setup ([`file_state`]), or `None` where it was not there. With
 /// it, the next run's key is the one its cache was filled under while those files are as setup
 /// left them (a `Cargo.lock` cargo wrote, a version file a build backend rewrote).
-pub fn cache_key_skipping(
+pub fn cache_key_as_found(
     root: &Path,
     image: &str,
     uid: u32,
@@ -319,7 +319,7 @@ pub fn file_state(root: &Path, rel: &str) -> String {
 }
 
 /// The state of a file that is not there.
-pub fn absent_state(rel: &str) -> String {
+fn absent_state(rel: &str) -> String {
     let mut h = Sha256::new();
     absent(&mut h, rel);
     hex(&h.finalize())

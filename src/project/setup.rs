@@ -151,19 +151,7 @@ pub fn default_commands(root: &Path, detection: &Detection) -> Vec<(Ecosystem, S
     defaults(root, detection).commands
 }
 
-pub use super::cache_key::{absent_state, cache_key, cache_key_skipping, file_state, file_states, written};
-
-/// The lockfile stable cargo writes into the project when it has none (`cargo fetch`): when
-/// setup wrote it, it is left out of the cache key (see [`cache_key_skipping`]).
-pub const CARGO_LOCK: &str = "Cargo.lock";
-
-/// The SHA-256 of a file at the project's root, read as [`cache_key`] reads it; `None` if it
-/// is not there (or not a regular file).
-pub fn file_digest(root: &Path, name: &str) -> Option<String> {
-    read_project_file(root, name)
-        .ok()
-        .map(|d| hex(&Sha256::digest(&d)))
-}
+pub use super::cache_key::{cache_key, cache_key_as_found, file_state, file_states, written};
 
 /// A short digest of the project's path: which project a cache belongs to.
 pub fn project_key(root: &Path) -> String {
@@ -286,6 +274,9 @@ pub fn hosts_from_answer(answer: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The lockfile stable cargo writes into a crate that has none (`cargo fetch`).
+    const CARGO_LOCK: &str = "Cargo.lock";
+
     #[test]
     fn registry_answers_become_host_rules() {
         assert_eq!(
@@ -380,11 +371,11 @@ mod tests {
         for code in [false, true] {
             let _ = std::fs::remove_file(dir.path().join(CARGO_LOCK));
             let as_found = std::collections::BTreeMap::from([(CARGO_LOCK.to_string(), None)]);
-            let without = cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &as_found);
+            let without = cache_key_as_found(dir.path(), "img", 1000, &cmds, code, &as_found);
             std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
             assert_eq!(
                 without,
-                cache_key_skipping(dir.path(), "img", 1000, &cmds, code, &as_found),
+                cache_key_as_found(dir.path(), "img", 1000, &cmds, code, &as_found),
                 "a skipped file does not count (every file: {code})"
             );
             assert_ne!(without, cache_key(dir.path(), "img", 1000, &cmds, code));
@@ -395,8 +386,5 @@ mod tests {
                 "skipped is as if absent: the key the cache was filled under"
             );
         }
-        std::fs::write(dir.path().join(CARGO_LOCK), "# written by cargo\n").unwrap();
-        assert_eq!(file_digest(dir.path(), CARGO_LOCK).map(|d| d.len()), Some(64));
-        assert_eq!(file_digest(dir.path(), "missing"), None);
     }
 }

@@ -257,7 +257,7 @@ pub async fn run(
             );
             async move {
                 tokio::task::spawn_blocking(move || {
-                    plan::cache_key_skipping(&root, &image, uid, &commands, runs_project_code, &as_found)
+                    plan::cache_key_as_found(&root, &image, uid, &commands, runs_project_code, &as_found)
                 })
                 .await
                 // A key computation that panicked matches no cache: setup runs.
