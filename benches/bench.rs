@@ -1047,6 +1047,11 @@ async fn main() {
     if args.iter().any(|a| a == "egress") {
         return egress(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
     }
+    // `-- caches`: setup's build cache, a cold and a warm `cargo test` and `go test`, and what
+    // a session's copy of a 500 MB build cache costs at its start.
+    if args.iter().any(|a| a == "caches") {
+        return build_caches(if quick { 2 } else { 5 }).await;
+    }
     // `-- publish`: a published port's added latency and its throughput, against loopback.
     if args.iter().any(|a| a == "publish") {
         return publish(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
@@ -1062,6 +1067,171 @@ async fn main() {
     big_repo(repo).await;
     eval_throughput();
     publish(300, 5).await;
+    build_caches(repeats).await;
+}
+
+/// Milliseconds the test command took in one `agentbox exec` session of `project` (measured
+/// inside the sandbox: the session's start, and setup, are not in it). `cold`: the session's
+/// copy of the build cache is emptied first, as every session was before setup pre-built.
+fn test_in_session(project: &Path, command: &str, cold: bool) -> f64 {
+    let clear = if cold {
+        "rm -rf \"$CARGO_TARGET_DIR\" \"$GOCACHE\"; "
+    } else {
+        ""
+    };
+    let script = format!(
+        "{clear}s=$(date +%s%N); {command} >/tmp/out 2>&1 || {{ tail -20 /tmp/out >&2; exit 1; }}; \
+         e=$(date +%s%N); echo $(((e - s) / 1000000))"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .args(["exec", "--command-timeout", "900"])
+        .arg(project)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Setup's build cache: `cargo test` of a crate with registry dependencies, and `go test` of a
+/// module using the standard library, cold (an empty target directory and Go cache, as every
+/// session had before) and warm (the session's copy of what setup pre-built); and the cost of
+/// that copy at a session's start for a 500 MB build cache.
+async fn build_caches(repeats: usize) {
+    let rust = project_with(&[
+        (
+            "Cargo.toml",
+            b"[package]\nname = \"bench-warm\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+              [dependencies]\nregex = \"1\"\n"
+                .to_vec(),
+        ),
+        (
+            "src/lib.rs",
+            b"pub fn digits(s: &str) -> usize { regex::Regex::new(r\"[0-9]\").unwrap().find_iter(s).count() }\n\
+              #[cfg(test)]\nmod tests { #[test] fn two() { assert_eq!(super::digits(\"a1b2\"), 2); } }\n"
+                .to_vec(),
+        ),
+    ]);
+    let go = project_with(&[
+        ("go.mod", b"module bench.example/warm\n\ngo 1.21\n".to_vec()),
+        (
+            "warm.go",
+            b"package warm\n\nimport (\n\t\"encoding/json\"\n\t\"net/http\"\n)\n\n\
+              func Status() string { b, _ := json.Marshal(http.StatusOK); return string(b) }\n"
+                .to_vec(),
+        ),
+        (
+            "warm_test.go",
+            b"package warm\n\nimport \"testing\"\n\nfunc TestStatus(t *testing.T) { if Status() != \"200\" { t.Fatal(Status()) } }\n"
+                .to_vec(),
+        ),
+    ]);
+    for (label, dir, command) in [
+        ("Rust (regex)", rust.path(), "cargo test"),
+        ("Go (stdlib)", go.path(), "go test ./..."),
+    ] {
+        // The first session fills setup's cache; it is not measured.
+        test_in_session(dir, "true", false);
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        for _ in 0..repeats {
+            cold.push(test_in_session(dir, command, true) / 1000.0);
+            warm.push(test_in_session(dir, command, false) / 1000.0);
+        }
+        let (cold, warm) = (stats(cold), stats(warm));
+        row(
+            &format!("`{command}`, {label}: cold"),
+            &cold,
+            "s",
+            "empty target / GOCACHE",
+        );
+        row(
+            &format!("`{command}`, {label}: warm"),
+            &warm,
+            "s",
+            &format!(
+                "setup's pre-built cache; {:.1}x faster",
+                cold.median / warm.median.max(1e-9)
+            ),
+        );
+    }
+    // This run's caches only: the markers first, so none is ever trusted half-removed.
+    let docker = connect_docker().await.expect("docker");
+    let ours: Vec<String> = [rust.path(), go.path()]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let mut caches = agentbox::sandbox::caches::list(&docker).await.unwrap();
+    caches.sort_by_key(|(name, _)| !name.ends_with(agentbox::sandbox::caches::COMMITTED));
+    for (name, project) in caches {
+        if ours.contains(&project) {
+            agentbox::sandbox::caches::remove(&docker, &name).await;
+        }
+    }
+    session_copy_cost(repeats).await;
+}
+
+/// A session's start with a 500 MB build cache to copy in, against the same start without it.
+async fn session_copy_cost(repeats: usize) {
+    use agentbox::project::setup::{BUILD_DIR, DEPS_DIR};
+    use agentbox::sandbox::VolumeMount;
+    let docker = connect_docker().await.expect("docker");
+    let dir = project_with(&[("README", b"bench\n".to_vec())]);
+    let name = format!("agentbox-bench-cache-{}", std::process::id());
+    let base = config(false);
+    let spec = base.bind_spec(dir.path()).unwrap();
+    let labels = std::collections::HashMap::from([(
+        agentbox::sandbox::caches::CACHE_LABEL.to_string(),
+        "bench".to_string(),
+    )]);
+    let registration = agentbox::sandbox::caches::create(&docker, &spec, &name, labels)
+        .await
+        .expect("cache volume");
+    let with = |read_only: bool, seed: bool| {
+        let mut cfg = base.clone();
+        cfg.extras.volumes = vec![VolumeMount {
+            name: name.clone(),
+            target: DEPS_DIR.to_string(),
+            read_only,
+        }];
+        cfg.extras.seed = seed.then(|| BUILD_DIR.to_string());
+        cfg.bind_spec(dir.path()).unwrap()
+    };
+    // 500 MB as a target directory holds it: 2,000 files of 256 KB in 20 directories.
+    let filler = DockerSandbox::create(&docker, with(false, false)).await.unwrap();
+    let fill = format!(
+        "for d in $(seq 1 20); do mkdir -p {BUILD_DIR}/cargo-target/debug/d$d; for f in $(seq 1 100); do \
+         head -c 262144 /dev/urandom > {BUILD_DIR}/cargo-target/debug/d$d/f$f; done; done; du -sm {BUILD_DIR}"
+    );
+    let out = filler
+        .exec(ExecRequest::argv(["sh", "-c", &fill], Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert!(out.success(), "{}", out.stderr.to_text());
+    let size = out.stdout.to_text();
+    filler.shutdown().await.unwrap();
+    let (mut plain, mut seeded) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        for (seed, into) in [(false, &mut plain), (true, &mut seeded)] {
+            let t = Instant::now();
+            let sb = DockerSandbox::create(&docker, with(true, seed)).await.unwrap();
+            into.push(ms(t.elapsed()));
+            sb.shutdown().await.unwrap();
+        }
+    }
+    let (plain, seeded) = (stats(plain), stats(seeded));
+    row("session start, build cache mounted, not copied", &plain, "ms", "");
+    row(
+        "session start, copying a 500 MB build cache",
+        &seeded,
+        "ms",
+        &format!(
+            "{} MB; the copy: {:.0} ms",
+            size.split_whitespace().next().unwrap_or("?"),
+            seeded.median - plain.median
+        ),
+    );
+    agentbox::sandbox::caches::discard(&docker, &spec, &name, registration).await;
 }
 
 /// The same HTTP server on both sides of the comparison (python3's sockets, one thread per

@@ -409,3 +409,69 @@ async fn prime_shows_the_tests_run_before_the_first_turn_without_running_them_ag
         "the failing output is in the first message: {first}"
     );
 }
+
+/// What the agent phase leaves outside the project decides nothing: before agentbox's own test
+/// run the scratch directories (`/tmp`, `HOME`, the build caches) are as a session starts. Two
+/// ways a model could forge a PASS from there: a `usercustomize.py` in `HOME`'s user site that
+/// prints a passing summary for pytest, and a cargo test binary replaced in the target
+/// directory (cargo runs it as "Fresh"). Both worked before: the verdict ran in the agent's
+/// leftovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_the_agent_leaves_outside_the_project_decides_the_verdict() {
+    let p = counter(&[]);
+    let site = "$(python3 -c 'import site; print(site.getusersitepackages())')";
+    let plant = format!(
+        "mkdir -p {site} && printf '%s\\n' 'import os, sys' \
+         'if \"pytest\" in sys.orig_argv:' \
+         '    print(\"===== 2 passed in 0.01s =====\"); sys.stdout.flush(); os._exit(0)' \
+         > {site}/usercustomize.py && python3 -m pytest -q; echo status=$?"
+    );
+    let run = hostile(
+        &p,
+        json!([{"tool_calls": [bash(&plant)]}, done("All tests pass.")]),
+        &[],
+    )
+    .await;
+    let tool_output = run.result(0).1;
+    assert!(
+        tool_output.contains("2 passed in 0.01s") && tool_output.contains("status=0"),
+        "the plant works in the agent phase: {tool_output}"
+    );
+    let tests = &report(&run)["tests"];
+    assert_eq!(tests["passed"], false, "{tests}");
+    assert_eq!(tests["commands"][0]["counts"]["failed"], 1, "{tests}");
+
+    let crate_ = Project::new(&[
+        (
+            "Cargo.toml",
+            "[package]\nname = \"planted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+        ),
+        (
+            "src/lib.rs",
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 2), 4);\n    }\n}\n",
+        ),
+    ]);
+    let plant = "cargo test --no-run -q 2>/dev/null; for f in \"$CARGO_TARGET_DIR\"/debug/deps/planted-*; do \
+                 [ -f \"$f\" ] && [ -x \"$f\" ] && printf '#!/bin/sh\\necho \"test result: ok. 1 passed; 0 failed\"\\n' > \"$f\"; \
+                 done; cargo test 2>&1 | tail -3";
+    let run = hostile(
+        &crate_,
+        json!([{"tool_calls": [bash(plant)]}, done("All tests pass.")]),
+        &["--command-timeout", "600"],
+    )
+    .await;
+    let tool_output = run.result(0).1;
+    assert!(
+        tool_output.contains("test result: ok. 1 passed"),
+        "cargo runs the planted binary in the agent phase: {tool_output}"
+    );
+    let tests = &report(&run)["tests"];
+    assert_eq!(tests["passed"], false, "{tests}");
+    assert!(
+        tests["commands"][0]["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("assertion `left == right` failed"),
+        "{tests}"
+    );
+}

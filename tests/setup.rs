@@ -1009,6 +1009,54 @@ async fn a_rust_crate_gets_its_registry_from_the_images_cargo_and_keeps_its_cach
         "said again when it comes from the cache"
     );
     eprintln!("rust fixture: cold run {cold_secs:.1}s, warm run {warm_secs:.1}s");
+    assert!(
+        notes(&cold)
+            .iter()
+            .any(|n| n.starts_with("setup: the Rust pre-build done in")),
+        "{:?}",
+        notes(&cold)
+    );
+
+    // The registry's crate comes pre-built from setup's cache; the project's own crate is
+    // compiled in each session (cargo would trust a stale artifact of it by its mtimes).
+    let exec = |script: &str| {
+        let mut cmd = agentbox();
+        cmd.arg("exec")
+            .args(args)
+            .arg(project.path())
+            .args(["--", "sh", "-c", script]);
+        let out = run(&mut cmd);
+        (
+            out.status.code(),
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        )
+    };
+    let (code, out) = exec("cargo test 2>&1");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Compiling uses-fixture"), "{out}");
+    assert!(!out.contains("Compiling agentbox-fixture"), "pre-built: {out}");
+    assert!(out.contains("test tests::value ... ok"), "{out}");
+
+    // A test binary planted in one session's target directory: cargo runs it as fresh there,
+    // and the next session never sees it.
+    let plant = "cargo test --no-run -q 2>/dev/null; for f in \"$CARGO_TARGET_DIR\"/debug/deps/uses_fixture-*; do \
+                 [ -f \"$f\" ] && [ -x \"$f\" ] && printf '#!/bin/sh\\necho planted\\n' > \"$f\"; done; \
+                 cargo test 2>&1; touch /opt/agentbox-deps/build/written 2>&1";
+    let (_, out) = exec(plant);
+    assert!(
+        out.contains("planted"),
+        "the plant works in its own session: {out}"
+    );
+    assert!(
+        out.contains("Read-only file system"),
+        "setup's cache is read-only: {out}"
+    );
+    let (code, out) = exec("cargo test 2>&1");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        !out.contains("planted") && out.contains("test tests::value ... ok"),
+        "{out}"
+    );
     let docker = docker().await;
     for name in caches_of(&project).await {
         agentbox::sandbox::caches::remove(&docker, &name).await;
@@ -1411,5 +1459,53 @@ async fn exec_and_shell_get_the_setup_and_cache_run_gets() {
         pty.screen()
     );
     assert_eq!(index.count(), requests);
+    remove_caches(&project).await;
+}
+
+/// Go: setup pre-builds the standard library and the module into the build cache (a module
+/// with no requirement too: the standard library is most of a cold `go test`), each session
+/// starts from a copy of it, and agentbox's own test run never shows a cached result, even one
+/// the agent's own `go test` just left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_tests_build_on_setups_cache_and_the_verdict_is_never_a_cached_result() {
+    let project = Project::new(&[
+        ("go.mod", "module example.com/calc\n\ngo 1.21\n"),
+        (
+            "calc.go",
+            "package calc\n\nimport \"encoding/json\"\n\nfunc Add(a, b int) int { _, _ = json.Marshal(a); return a + b }\n",
+        ),
+        (
+            "calc_test.go",
+            "package calc\n\nimport \"testing\"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 2) != 4 {\n\t\tt.Fatal(Add(2, 2))\n\t}\n}\n",
+        ),
+    ]);
+    let twice = "go test ./... && go test ./...";
+    let run = hostile(
+        &project,
+        json!([{"tool_calls": [bash(twice)]}, done("Nothing to change.")]),
+        &["--command-timeout", "600"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        notes(&run)
+            .iter()
+            .any(|n| n.starts_with("setup: the Go pre-build done in")),
+        "{:?}",
+        notes(&run)
+    );
+    let (_, agent, _) = run.result(0);
+    assert!(agent.contains("(cached)"), "the agent's second run is: {agent}");
+    let tests = &run.report.as_ref().unwrap()["tests"];
+    assert_eq!(tests["passed"], json!(true), "{tests}");
+    let tail = tests["commands"][0]["output_tail"].as_str().unwrap();
+    assert!(tail.contains("ok") && !tail.contains("(cached)"), "{tail}");
+    let warm = hostile(
+        &project,
+        json!([done("Nothing to change.")]),
+        &["--command-timeout", "600"],
+    )
+    .await;
+    assert_from_the_cache(&warm);
     remove_caches(&project).await;
 }

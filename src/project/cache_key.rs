@@ -24,7 +24,7 @@ use super::detect::read_project_file;
 
 /// Bumped when what setup does for the same files changes (a fill of an older agentbox is not
 /// this one's).
-const RULES: &str = "setup-rules-3";
+const RULES: &str = "setup-rules-4";
 
 /// Root files whose content decides a cache's key.
 const ROOT_FILES: &[&str] = &[

@@ -15,6 +15,9 @@ use super::detect::{Detection, Ecosystem, read_project_file};
 pub const DEPS_DIR: &str = "/opt/agentbox-deps";
 /// The Python virtualenv setup creates.
 pub const VENV: &str = "/opt/agentbox-deps/venv";
+/// What setup pre-builds for the tests (the build cache), one directory a tool: each is copied
+/// into the session's own `CACHE_DIR` when a sandbox starts (see [`Prebuild`]).
+pub const BUILD_DIR: &str = "/opt/agentbox-deps/build";
 
 fn present(root: &Path, name: &str) -> bool {
     root.join(name).symlink_metadata().is_ok_and(|m| m.is_file())
@@ -124,10 +127,18 @@ pub fn defaults(root: &Path, detection: &Detection) -> Defaults {
                     ),
                 }
             }
-            Ecosystem::Rust if declares_rust_dependencies(root) => (
-                Some("cargo fetch".to_string()),
-                "Rust: fetching the crates Cargo.toml and Cargo.lock name".into(),
-            ),
+            Ecosystem::Rust if declares_rust_dependencies(root) => {
+                // Cargo's configuration can name programs it runs (`build.rustc-wrapper`,
+                // `build.rustc`, a linker): with one of the project's files there, setup may
+                // run the project's code.
+                if present(root, ".cargo/config.toml") || present(root, ".cargo/config") {
+                    out.runs_project_code = true;
+                }
+                (
+                    Some("cargo fetch".to_string()),
+                    "Rust: fetching the crates Cargo.toml and Cargo.lock name".into(),
+                )
+            }
             Ecosystem::Rust => (
                 None,
                 "Rust: nothing to fetch: Cargo.toml declares no dependencies".into(),
@@ -144,6 +155,87 @@ pub fn defaults(root: &Path, detection: &Detection) -> Defaults {
         }
     }
     out
+}
+
+/// What setup builds for the tests after its commands, into [`BUILD_DIR`]: the build cache.
+///
+/// Only code the cache key already pins runs: the registry's crates as Cargo.lock names them
+/// (the project's own packages are stubs, see `cargo_skeleton.py`), and Go's compiler on the
+/// module (no test binary runs: `-exec /bin/true`). What it holds is then safe to share between
+/// sessions while the key holds: a registry crate's artifacts are keyed by its version and
+/// features, Go's cache by the hash of every input; neither holds a test result (Go's are
+/// cleaned, cargo keeps none), and nothing of the project's own crates (cargo trusts a local
+/// package's artifacts while its sources are older than them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prebuild {
+    Rust,
+    Go,
+}
+
+/// The cargo target directory and the Go build cache under [`BUILD_DIR`]; the session's copies
+/// are the sandbox's `CARGO_TARGET_DIR` and `GOCACHE` (same names under `CACHE_DIR`).
+pub const CARGO_TARGET: &str = "cargo-target";
+pub const GO_CACHE: &str = "go-build";
+
+/// Where the skeleton of a Rust project is made during setup (the setup container's own
+/// scratch volume, gone with it).
+const SKELETON: &str = "/var/tmp/agentbox-skeleton";
+
+impl Prebuild {
+    /// The pre-builds a project gets: Rust when it has dependencies to compile; Go always (the
+    /// standard library is compiled into the build cache on first use: about 30 s on 2 cores).
+    pub fn for_project(root: &Path, detection: &Detection) -> Vec<Prebuild> {
+        detection
+            .ecosystems
+            .iter()
+            .filter_map(|(eco, _)| match eco {
+                Ecosystem::Rust if declares_rust_dependencies(root) => Some(Prebuild::Rust),
+                Ecosystem::Go => Some(Prebuild::Go),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The toolchain it needs.
+    pub fn toolchain(self) -> crate::toolchain::Toolchain {
+        match self {
+            Prebuild::Rust => crate::toolchain::Toolchain::Rust,
+            Prebuild::Go => crate::toolchain::Toolchain::Go,
+        }
+    }
+
+    /// What setup says it does.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Prebuild::Rust => {
+                "Rust: pre-building the registry's crates for `cargo test` (the project's own packages as \
+                 empty stubs: none of its code runs)"
+            }
+            Prebuild::Go => {
+                "Go: pre-building the standard library and the modules for `go test` (compiled, no test run)"
+            }
+        }
+    }
+
+    /// The shell command, run in the setup container from the project's root.
+    pub fn command(self) -> String {
+        match self {
+            Prebuild::Rust => format!(
+                "command -v cargo >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1 || \
+                 {{ echo 'no cargo or python3 in the image: nothing pre-built'; exit 0; }}\n\
+                 python3 - {SKELETON} {BUILD_DIR}/{CARGO_TARGET} <<'AGENTBOX_SKELETON'\n{}\nAGENTBOX_SKELETON",
+                include_str!("cargo_skeleton.py")
+            ),
+            // A package that does not compile (the bug the agent is to fix) still leaves the
+            // others cached. Test results are never kept: `-exec /bin/true` runs no test binary,
+            // and the test cache is expired anyway.
+            Prebuild::Go => format!(
+                "command -v go >/dev/null 2>&1 || {{ echo 'no go in the image: nothing pre-built'; exit 0; }}\n\
+                 export GOCACHE={BUILD_DIR}/{GO_CACHE}; go test -count=1 -exec /bin/true -run '^$' ./... >/dev/null; \
+                 s=$?; go clean -testcache; exit $s"
+            ),
+        }
+    }
 }
 
 /// The default setup commands (see [`defaults`]).
@@ -297,6 +389,44 @@ mod tests {
         );
         assert_eq!(hosts_from_answer("off\n"), Vec::<String>::new());
         assert_eq!(hosts_from_answer("file:///srv/wheels"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn prebuilds_follow_the_ecosystems_and_cargo_configuration_counts_as_project_code() {
+        let (_dir, root) = crate::project::detect::project(&[
+            ("Cargo.toml", "[package]\nname = \"x\"\nversion = \"0.1.0\"\n"),
+            ("go.mod", "module x\n\ngo 1.21\n"),
+        ]);
+        let d = crate::project::detect(&root);
+        assert_eq!(
+            Prebuild::for_project(&root, &d),
+            [Prebuild::Go],
+            "a crate with nothing to fetch has nothing to pre-build; a Go module always has"
+        );
+        std::fs::write(
+            root.join("Cargo.toml"),
+            "[package]\nname = \"x\"\nversion = \"0.1.0\"\n\n[dev-dependencies]\nitoa = \"1\"\n",
+        )
+        .unwrap();
+        let d = crate::project::detect(&root);
+        let mut found = Prebuild::for_project(&root, &d);
+        found.sort_by_key(|p| *p == Prebuild::Go);
+        assert_eq!(found, [Prebuild::Rust, Prebuild::Go]);
+        assert!(!defaults(&root, &d).runs_project_code);
+        std::fs::create_dir_all(root.join(".cargo")).unwrap();
+        std::fs::write(
+            root.join(".cargo/config.toml"),
+            "[build]\nrustc-wrapper = \"tools/w\"\n",
+        )
+        .unwrap();
+        assert!(
+            defaults(&root, &d).runs_project_code,
+            "cargo's configuration can name a program of the project's"
+        );
+        // The skeleton script goes into a quoted here-document: its terminator never occurs in it.
+        let script = Prebuild::Rust.command();
+        assert_eq!(script.matches("\nAGENTBOX_SKELETON").count(), 1, "{script}");
+        assert!(script.contains("cargo\", \"clean\""), "{script}");
     }
 
     #[test]

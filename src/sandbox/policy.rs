@@ -116,6 +116,10 @@ pub struct Extras {
     pub workspace_read_only: bool,
     /// A host file of CA certificates, mounted read-only at [`CA_BUNDLE`].
     pub ca_bundle: Option<PathBuf>,
+    /// A read-only directory (setup's build cache) whose entries are copied into [`CACHE_DIR`]
+    /// when the sandbox starts and again before the verdict (see `DockerSandbox::fresh_scratch`):
+    /// each session builds on a copy, so nothing it builds outlives it.
+    pub seed: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1176,6 +1180,7 @@ mod tests {
             env: vec![("PATH".into(), "/opt/deps/bin:/usr/bin".into())],
             workspace_read_only: true,
             ca_bundle: Some("/tmp/x/ca.pem".into()),
+            seed: None,
         };
         let body = s.create_body(MainProcess::Executor, None, &docker());
         let hc = body.host_config.unwrap();

@@ -123,7 +123,17 @@ impl Session {
             settings: &self.tool_settings,
             approver: None,
         };
-        let mut broken = None;
+        // From the state a session starts in, with only the project as the agent left it (see
+        // `fresh_scratch`); a verdict that cannot have that is none.
+        let mut broken = if verdict.commands.is_empty() {
+            None
+        } else {
+            self.sandbox
+                .fresh_scratch()
+                .await
+                .err()
+                .map(|e| format!("the sandbox could not be reset for the test run: {e}"))
+        };
         for c in &mut verdict.commands {
             let ran_before = self
                 .before_runs()
@@ -140,7 +150,15 @@ impl Session {
             self.events.emit(&Event::Verifying {
                 command: c.command.clone(),
             });
-            match ctx.shell(&c.command).await {
+            let mut req = ctx.shell_request(
+                &c.command,
+                self.tool_settings.output_head,
+                self.tool_settings.output_tail,
+            );
+            // Go reuses a cached test result for an unchanged package: agentbox's own run
+            // never does (a command's own `-count` still wins).
+            req.env.push(("GOFLAGS".into(), "-count=1".into()));
+            match self.sandbox.exec(req).await {
                 Ok(out) => {
                     let counts = results::of_run(&c.command, &out);
                     let was = c.before.as_ref().and_then(|b| b.counts.as_ref());

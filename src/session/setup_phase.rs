@@ -180,6 +180,24 @@ pub async fn run(
         runs_project_code = defaults.runs_project_code;
         defaults.commands.into_iter().map(|(_, c)| c).collect()
     };
+    // After the commands, what the tests build (see `Prebuild`): never with `--no-setup`.
+    let mut prebuilds = if setup.disabled {
+        Vec::new()
+    } else {
+        plan::Prebuild::for_project(project, &detection)
+    };
+    // Not in an image whose labels say it lacks the toolchain (the run stops at the test
+    // programs' check instead); an image without agentbox's labels gets the pre-build, which
+    // says so itself when the tool is missing.
+    if !prebuilds.is_empty()
+        && let Ok(docker) = crate::sandbox::connect_docker().await
+        && let Ok(Some(labels)) = crate::image::image_labels(&docker, &cfg.image).await
+    {
+        let have = crate::toolchain::image_toolchains(&labels);
+        if !have.is_empty() {
+            prebuilds.retain(|p| have.iter().any(|(t, _)| *t == p.toolchain()));
+        }
+    }
     // The venv comes first, so every command (a default or `--setup`'s `pip install ...`)
     // runs with it active, as CI's would: the image's pip refuses to install outside one
     // (PEP 668). A project that is not Python gets one only for its given commands, and only
@@ -205,7 +223,7 @@ pub async fn run(
         );
     }
     let engine = crate::sandbox::engine::current();
-    let commands = if engine.is_remote() && !commands.is_empty() {
+    let (commands, prebuilds) = if engine.is_remote() && !(commands.is_empty() && prebuilds.is_empty()) {
         if !setup.commands.is_empty() {
             return Err(SetupError::Remote {
                 what: "--setup",
@@ -220,9 +238,9 @@ pub async fn run(
                 engine.describe()
             ),
         );
-        Vec::new()
+        (Vec::new(), Vec::new())
     } else {
-        commands
+        (commands, prebuilds)
     };
     if engine.is_remote() && setup.agent_network {
         return Err(SetupError::Remote {
@@ -237,7 +255,12 @@ pub async fn run(
             Ok("skipped (--no-setup)".into()),
         );
     }
-    if !commands.is_empty() {
+    if !commands.is_empty() || !prebuilds.is_empty() {
+        for p in &prebuilds {
+            if settings.say_why_nothing || !commands.is_empty() {
+                note(events, format!("setup: {}", p.describe()));
+            }
+        }
         let docker = crate::sandbox::connect_docker().await?;
         crate::image::ensure_image(
             &docker,
@@ -248,13 +271,15 @@ pub async fn run(
         .await?;
         let owner = crate::sandbox::inspect_project(project)?;
         let prefix = format!("agentbox-cache-{}", plan::project_key(project));
+        // What the pre-builds run is part of what the cache holds.
+        let keyed: Vec<String> = commands
+            .iter()
+            .cloned()
+            .chain(prebuilds.iter().map(|p| p.command()))
+            .collect();
         let key_of = |as_found: BTreeMap<String, Option<String>>| {
-            let (root, image, uid, commands) = (
-                project.to_path_buf(),
-                cfg.image.clone(),
-                owner.uid,
-                commands.clone(),
-            );
+            let (root, image, uid, commands) =
+                (project.to_path_buf(), cfg.image.clone(), owner.uid, keyed.clone());
             async move {
                 tokio::task::spawn_blocking(move || {
                     plan::cache_key_as_found(&root, &image, uid, &commands, runs_project_code, &as_found)
@@ -338,7 +363,15 @@ pub async fn run(
             }
             CacheState::Empty => {
                 let result = fill(
-                    settings, cfg, project, events, log, &docker, &name, labels, &commands, &detection,
+                    settings,
+                    cfg,
+                    project,
+                    (events, log),
+                    &docker,
+                    &name,
+                    labels,
+                    (&commands, &prebuilds),
+                    &detection,
                 )
                 .await;
                 if let Ok(wrote) = &result {
@@ -375,6 +408,9 @@ pub async fn run(
             target: DEPS_DIR.to_string(),
             read_only: true,
         });
+        if !prebuilds.is_empty() {
+            outcome.agent_extras.seed = Some(plan::BUILD_DIR.to_string());
+        }
         outcome.agent_extras.env = plan::env(Phase::Agent, BASE_PATH);
     }
     if setup.agent_network {
@@ -453,12 +489,11 @@ async fn fill(
     settings: Scope<'_>,
     cfg: &SandboxConfig,
     project: &Path,
-    events: &Arc<Fanout>,
-    log: &EgressLog,
+    (events, log): (&Arc<Fanout>, &EgressLog),
     docker: &bollard::Docker,
     name: &str,
     labels: HashMap<String, String>,
-    commands: &[String],
+    (commands, prebuilds): (&[String], &[plan::Prebuild]),
     detection: &crate::project::Detection,
 ) -> Result<Vec<String>, SetupError> {
     let started = Instant::now();
@@ -483,6 +518,7 @@ async fn fill(
             .collect(),
         workspace_read_only: false,
         ca_bundle: bundle.as_ref().map(|b| b.path()),
+        seed: None,
     };
     // `--isolate` promises the project is only read until `--apply`: setup works on a copy,
     // as the agent does, so what installing writes into the tree (an editable install's
@@ -545,7 +581,7 @@ async fn fill(
         &sandbox,
         (&proxy, &quiet),
         events,
-        commands,
+        (commands, prebuilds),
         detection,
         started,
         bundle.as_ref(),
@@ -612,7 +648,7 @@ async fn run_commands(
     sandbox: &DockerSandbox,
     (proxy, quiet): (&Proxy, &Quiet),
     events: &Arc<Fanout>,
-    commands: &[String],
+    (commands, prebuilds): (&[String], &[plan::Prebuild]),
     detection: &crate::project::Detection,
     started: Instant,
     bundle: Option<&super::trust::Bundle>,
@@ -636,39 +672,7 @@ async fn run_commands(
         let left = deadline.saturating_duration_since(Instant::now());
         note(events, format!("setup: running `{command}`"));
         let seen = proxy.decisions().len();
-        let follower = follow_output(sandbox, events).await;
-        // The output goes to a file the follower streams from, and is printed from it once the
-        // command is done (for the verdict's capture). Not through a pipe to `tee`: a daemon
-        // the command leaves holding the pipe would keep tee, and so the command, running
-        // until --setup-timeout. Like an agent's command, this one ends when its own process
-        // does, and the executor's sweep then ends whatever it left behind. A subshell, so
-        // that an `exit` in the command still leaves its output printed; its status is the
-        // verdict.
-        let wrapped = format!(
-            "o=$(stat -c %s {SETUP_LOG} 2>/dev/null || echo 0)\n( {command}\n) >> {SETUP_LOG} 2>&1\n\
-             s=$?\ntail -c +$((o + 1)) {SETUP_LOG}\nexit $s"
-        );
-        let mut req =
-            ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
-        req.env = env.clone();
-        let out = sandbox.exec(req).await;
-        if let Some(task) = follower {
-            // The sweep after the command ended the follower; let it print what it had.
-            let mut task = task;
-            if tokio::time::timeout(Duration::from_secs(2), &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-            }
-        }
-        let out = out?;
-        let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
-        events.emit(&Event::SetupOutput {
-            command: command.clone(),
-            status: out.status_line(),
-            output: output.clone(),
-        });
+        let (out, output) = run_logged(sandbox, events, command, command, left, &env).await?;
         if !out.success() {
             let blocked: Vec<String> = proxy.decisions()[seen..]
                 .iter()
@@ -704,6 +708,56 @@ async fn run_commands(
             });
         }
     }
+    for p in prebuilds {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let begun = Instant::now();
+        let label = match p {
+            plan::Prebuild::Rust => "the Rust pre-build",
+            plan::Prebuild::Go => "the Go pre-build",
+        };
+        let (out, output) = run_logged(sandbox, events, label, &p.command(), left, &env).await?;
+        if out.success() {
+            note(
+                events,
+                format!("setup: {label} done in {:.1}s", begun.elapsed().as_secs_f64()),
+            );
+            continue;
+        }
+        // Not setup's failure: the agent phase builds what is missing, as it would without a
+        // cache (a package that does not compile may be the very bug to fix).
+        let why = output
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default();
+        note(
+            events,
+            format!(
+                "setup: {label} ended with {}: {why}; the agent phase builds what is missing",
+                out.status_line()
+            ),
+        );
+        // The skeleton's own stubs may still be there when it did not end by itself: an
+        // artifact of a stub would pass for the project's crate (cargo trusts its mtimes).
+        if *p == plan::Prebuild::Rust && (out.timed_out || out.exit_code != 1) {
+            let target = format!("{}/{}", plan::BUILD_DIR, plan::CARGO_TARGET);
+            let removed = sandbox
+                .exec(ExecRequest::argv(
+                    ["rm", "-rf", &target],
+                    Duration::from_secs(120),
+                ))
+                .await?;
+            if !removed.success() {
+                return Err(SetupError::Failed {
+                    command: format!("rm -rf {target}"),
+                    status: removed.status_line(),
+                    output: removed.stderr.to_text(),
+                    blocked: String::new(),
+                    hint: String::new(),
+                });
+            }
+        }
+    }
     // Every tool's directory exists before the cache turns read-only: a tool that finds its
     // home missing would try to create it, and fail, in the agent phase.
     let dirs = ["cargo", "go-mod", "npm"].map(|d| format!("{DEPS_DIR}/{d}"));
@@ -723,6 +777,50 @@ async fn run_commands(
         });
     }
     Ok(())
+}
+
+/// Run one setup step with its output followed live and kept (see `run_commands`); `shown` is
+/// what the events call it. The output is merged stdout and stderr.
+async fn run_logged(
+    sandbox: &DockerSandbox,
+    events: &Arc<Fanout>,
+    shown: &str,
+    command: &str,
+    left: Duration,
+    env: &[(String, String)],
+) -> Result<(crate::sandbox::ExecOutput, String), SetupError> {
+    let follower = follow_output(sandbox, events).await;
+    // The output goes to a file the follower streams from, and is printed from it once the
+    // command is done (for the verdict's capture). Not through a pipe to `tee`: a daemon the
+    // command leaves holding the pipe would keep tee, and so the command, running until
+    // --setup-timeout. Like an agent's command, this one ends when its own process does, and
+    // the executor's sweep then ends whatever it left behind. A subshell, so that an `exit` in
+    // the command still leaves its output printed; its status is the verdict.
+    let wrapped = format!(
+        "o=$(stat -c %s {SETUP_LOG} 2>/dev/null || echo 0)\n( {command}\n) >> {SETUP_LOG} 2>&1\n\
+         s=$?\ntail -c +$((o + 1)) {SETUP_LOG}\nexit $s"
+    );
+    let mut req = ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
+    req.env = env.to_vec();
+    let out = sandbox.exec(req).await;
+    if let Some(task) = follower {
+        // The sweep after the command ended the follower; let it print what it had.
+        let mut task = task;
+        if tokio::time::timeout(Duration::from_secs(2), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+    let out = out?;
+    let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
+    events.emit(&Event::SetupOutput {
+        command: shown.to_string(),
+        status: out.status_line(),
+        output: output.clone(),
+    });
+    Ok((out, output))
 }
 
 /// Where a setup command's output is written as it runs, for the follower.
@@ -1054,6 +1152,7 @@ pub async fn check_registry_tls(
             .collect(),
         workspace_read_only: true,
         ca_bundle: bundle.as_ref().map(|b| b.path()),
+        seed: None,
     };
     let spec = check_cfg.bind_spec(scratch.path())?;
     let docker = crate::sandbox::connect_docker().await?;
