@@ -267,10 +267,14 @@ pub struct GcArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// List the dependency caches instead (setup's volumes, kept across runs); with --all,
-    /// remove them.
+    /// List the dependency caches instead (setup's volumes, kept across runs) and remove each
+    /// that no run is using.
     #[arg(long)]
     pub caches: bool,
+
+    /// With --caches: only the caches of the project in this directory.
+    #[arg(long, value_name = "DIR", requires = "caches")]
+    pub project: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -170,7 +170,10 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
     let gc = run(agentbox().arg("gc"));
     assert!(gc.status.success(), "{}", text(&gc.stderr));
     assert_eq!(caches_of(&project).await.len(), 2, "plain gc took a cache");
-    let gc = run(agentbox().args(["gc", "--caches"]));
+    // This project's only: the other tests' caches, on the same daemon, are in use.
+    let gc = run(agentbox()
+        .args(["gc", "--caches", "--project"])
+        .arg(project.path()));
     let listed = text(&gc.stdout);
     assert!(gc.status.success(), "{}", text(&gc.stderr));
     let path = project.path().display().to_string();

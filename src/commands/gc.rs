@@ -6,7 +6,12 @@ use crate::sandbox::{connect_docker, gc};
 pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
     let docker = connect_docker().await?;
     if args.caches {
-        return caches(&docker).await;
+        // A project's caches are named for its canonical path (see `project::setup::project_key`).
+        let prefix = args
+            .project
+            .as_deref()
+            .map(|p| format!("agentbox-cache-{}-", crate::project::setup::project_key(p)));
+        return caches(&docker, prefix.as_deref()).await;
     }
     let report = gc::collect(&docker, args.all, false).await?;
     for c in &report.containers_removed {
@@ -27,9 +32,11 @@ pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `gc --caches`: list the dependency caches and remove each that no run is using.
-async fn caches(docker: &bollard::Docker) -> anyhow::Result<u8> {
-    let all = crate::sandbox::caches::list(docker).await?;
+/// `gc --caches`: list the dependency caches (those whose names start with `prefix`, if given)
+/// and remove each that no run is using.
+async fn caches(docker: &bollard::Docker, prefix: Option<&str>) -> anyhow::Result<u8> {
+    let mut all = crate::sandbox::caches::list(docker).await?;
+    all.retain(|(name, _)| prefix.is_none_or(|p| name.starts_with(p)));
     if all.is_empty() {
         outln!("no dependency caches");
     }
