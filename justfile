@@ -44,10 +44,11 @@ bench: (image "debug")
 bench-quick: (image "debug")
     cargo bench --locked --bench bench -- quick
 
-# Formatting and lints, as CI expects them.
+# Formatting, lints and import cycles between source files (scripts/module-cycles), as CI expects them.
 lint:
     cargo fmt --check
     cargo clippy --all-targets --locked -- -D warnings
+    scripts/module-cycles src
 
 # Remove containers and volumes left by killed agentbox processes.
 gc: build

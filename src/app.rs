@@ -10,10 +10,7 @@ use crate::cli::{Cli, Command};
 use crate::config::UsageError;
 use crate::sandbox::Cleanup;
 
-/// Exit status when agentbox itself fails (not the command or the agent): Docker's `run`
-/// uses 125 for the same thing.
-pub const EXIT_AGENTBOX_ERROR: u8 = 125;
-pub const EXIT_USAGE: u8 = 2;
+use crate::exit::{AGENTBOX_ERROR as EXIT_AGENTBOX_ERROR, USAGE as EXIT_USAGE};
 
 pub fn main() -> ExitCode {
     let cli = match parse_args() {

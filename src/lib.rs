@@ -14,6 +14,7 @@ pub mod config_file;
 pub mod egress;
 pub mod eval;
 pub mod events;
+pub mod exit;
 /// The fuzz targets' door to the parsers of hostile bytes (`fuzz/`; not public API).
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

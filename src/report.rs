@@ -8,13 +8,7 @@ use crate::project::results::TestCounts;
 use crate::sandbox::hostscan::{self, HostCheck};
 
 /// Exit statuses of `agentbox run` (documented in the README).
-pub mod exit {
-    pub const PASSED: u8 = 0;
-    pub const TESTS_FAIL: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const STEP_LIMIT: u8 = 3;
-    pub const ERROR: u8 = 4;
-}
+pub use crate::exit;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

@@ -392,3 +392,50 @@ async fn running_containers_of_pid(docker: &bollard::Docker, pid: u32) -> usize 
         .unwrap()
         .len()
 }
+
+/// `just lint`'s import-cycle check: it finds a cycle between two sibling files (through a
+/// `use` group and through a path in code, a re-export followed), ignores a parent using its
+/// child and back, and passes agentbox's own source.
+#[test]
+fn the_import_cycle_check_finds_a_cycle_and_passes_the_source() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/module-cycles");
+    let check = |dir: &std::path::Path| {
+        let out = std::process::Command::new(&script).arg(dir).output().unwrap();
+        (out.status.code(), text(&out.stdout))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, body: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    };
+    write("lib.rs", "pub mod a;\npub mod b;\n");
+    write(
+        "a/mod.rs",
+        "mod inner;\npub use inner::Thing;\nuse super::b::helper;\n",
+    );
+    write(
+        "a/inner.rs",
+        "pub struct Thing;\nfn f() { super::Other; crate::b::helper(); }\n",
+    );
+    write(
+        "b.rs",
+        "pub fn helper() {}\n// crate::a::Thing in a comment is no use\n",
+    );
+    let (code, out) = check(dir.path());
+    assert_eq!(code, Some(0), "a parent and its child, no cycle: {out}");
+    write("b.rs", "use crate::a::{Thing, self};\npub fn helper() {}\n");
+    let (code, out) = check(dir.path());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("a/inner.rs") && out.contains("b.rs"),
+        "the re-export followed: {out}"
+    );
+    let (code, out) = check(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        check(&dir.path().join("missing")).0,
+        Some(2),
+        "a wrong directory is no pass"
+    );
+}

@@ -6,11 +6,9 @@ use crate::output::CommandStream;
 
 use crate::cli::ExecArgs;
 use crate::config::{SandboxConfig, UsageError};
+use crate::exit::TIMED_OUT as EXIT_TIMED_OUT;
 use crate::sandbox::Cleanup;
 use crate::sandbox::{Captured, HeadTail, Sandbox, human_bytes, parse_size};
-
-/// timeout(1)'s status for a command that ran out of time.
-pub const EXIT_TIMED_OUT: u8 = 124;
 
 pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     if args.tty {
@@ -47,7 +45,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             crate::events::for_terminal(&args.command.join(" ")),
             crate::events::for_terminal(&args.project.display().to_string()),
         );
-        return Ok(crate::app::EXIT_USAGE);
+        return Ok(crate::exit::USAGE);
     }
     choose_image_quietly(&mut cfg, &args.project).await?;
     // The environment `run` gives the agent: setup (or its cache) before the sandbox.

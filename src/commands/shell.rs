@@ -12,13 +12,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::ShellArgs;
 use crate::config::{SandboxConfig, UsageError};
+use crate::exit::TIMED_OUT as EXIT_TIMED_OUT;
 use crate::sandbox::tty::{AttachRequest, Chunk};
 use crate::sandbox::{Cleanup, DockerSandbox, Sandbox};
 use crate::session::IsolatedCopy;
 use crate::terminal::{self, RawMode, STDIN, STDOUT, StdinPump};
-
-/// The status of a shell ended by `--session-timeout` (timeout(1)'s).
-const EXIT_TIMED_OUT: u8 = 124;
 
 pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let command = if args.command.is_empty() {

@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use bollard::Docker;
 use bollard::query_parameters::ListVolumesOptionsBuilder;
 
+use super::api::{remove_container, remove_volume, status_of};
 use super::cleanup::{Registration, Resource};
-use super::docker::{create_tracked, remove_container, remove_volume, status_of};
+use super::containers::create_tracked;
 use super::{SandboxError, SandboxSpec};
 
 /// The label on every cache volume (and its commit marker); its value is the project's path.

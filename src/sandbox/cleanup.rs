@@ -163,8 +163,8 @@ impl Cleanup {
         for r in all {
             match r {
                 Resource::Container { docker, id, user } => {
-                    super::docker::tidy(&docker, &id, &user).await;
-                    super::docker::remove_container(&docker, &id).await;
+                    super::api::tidy(&docker, &id, &user).await;
+                    super::api::remove_container(&docker, &id).await;
                     any_docker = Some(docker);
                 }
                 Resource::Creating { docker, name, volume } => creating.push((docker, name, volume)),
@@ -173,13 +173,13 @@ impl Cleanup {
             }
         }
         for (docker, name, _) in creating.iter().filter(|c| !c.2) {
-            super::docker::remove_when_it_appears(docker, false, name).await;
+            super::api::remove_when_it_appears(docker, false, name).await;
         }
         for (docker, name, _) in creating.iter().filter(|c| c.2) {
-            super::docker::remove_when_it_appears(docker, true, name).await;
+            super::api::remove_when_it_appears(docker, true, name).await;
         }
         for (docker, name) in volumes {
-            super::docker::remove_volume(&docker, &name).await;
+            super::api::remove_volume(&docker, &name).await;
             any_docker = Some(docker);
         }
         // A create request still in flight when we were interrupted can finish on the daemon's

@@ -9,41 +9,22 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tracing::{Instrument, debug, info_span};
 
+use super::api::{SWEEP, container_error, remove_container, remove_volume, short};
 use super::capture::HeadTail;
 use super::cleanup::{Cleanup, Registration, Resource};
+use super::containers::{create_tracked, start_error};
 use super::executor::{Executor, JobFrame};
 use super::hostscan::HostGuard;
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
 use super::{Captured, ExecMode, ExecOutput, ExecRequest, ProcessState, Sandbox, SandboxError, SandboxInfo};
-
-/// Kills every process the sandbox user may signal except the calling shell, until none of that
-/// uid is left (zombies aside). `kill -1` skips the caller and the namespace's init, and the
-/// keep-alive runs as another uid. `kill -1` succeeds while any process exists, even one it may
-/// not signal, so what is left is read from /proc, with builtins only (no fork per round).
-const SWEEP: &str = r#"me=$$; n=0
-while [ $n -lt 500 ]; do
-  kill -9 -1 2>/dev/null
-  left=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [ "$p" = "$me" ] || [ "$p" = 1 ] || ! [ -O "$d" ] && continue
-    read -r st < "$d/stat" 2>/dev/null || continue
-    case "$st" in *") Z "*) continue ;; esac
-    left=1; break
-  done
-  [ $left = 0 ] && break
-  n=$((n+1))
-done"#;
 
 /// Per-call mode runs `"$@"` and then sweeps, so a background child that holds stdout open
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
@@ -67,12 +48,6 @@ const WATCHDOG: Duration = Duration::from_secs(10);
 /// tree for up to 5 s, then sweeps for up to 5 s more).
 const JOB_REQUEST_TIME: Duration = Duration::from_secs(15);
 
-/// The Docker endpoint in use, for messages: the task's engine, else `DOCKER_HOST`, else the
-/// default socket.
-pub fn docker_endpoint() -> String {
-    super::engine::current().describe()
-}
-
 /// What a remote engine cannot do, refused before anything is created: it cannot mount a
 /// directory or a socket of this machine (it would mount whatever has that path on its own).
 fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
@@ -91,187 +66,6 @@ fn remote_check(spec: &SandboxSpec) -> Result<(), SandboxError> {
     }
     if let Some(forward) = spec.extras.forwards.first() {
         return Err(refuse(forward.purpose));
-    }
-    Ok(())
-}
-
-/// Connect to the engine in force (see `engine`) and check it answers.
-pub async fn connect_docker() -> Result<Docker, SandboxError> {
-    let docker = super::engine::current().connect().await?;
-    // Which engine, now: the policy adapts to it (see `flavor`).
-    let info = super::flavor::info(&docker).await;
-    debug!(engine = %info.kind, version = %info.version, rootless = info.rootless, "connected");
-    Ok(docker)
-}
-
-pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
-}
-
-pub(super) fn status_of(e: &BollardError) -> Option<u16> {
-    match e {
-        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
-    }
-}
-
-/// Map an error from a call on a container: "no such container" and "not running" mean it was
-/// removed or killed from outside, which the user needs to hear in those words.
-pub(super) fn container_error(container: &str, context: &str, e: BollardError) -> SandboxError {
-    match (&e, status_of(&e)) {
-        (BollardError::DockerResponseServerError { message, .. }, Some(404 | 409)) => {
-            SandboxError::ContainerGone(format!("{container}: {message}"))
-        }
-        _ => SandboxError::docker(context, e),
-    }
-}
-
-/// Remove a container or volume that may not exist yet (its create request was in flight):
-/// retry on "no such" for a few seconds.
-pub(super) async fn remove_when_it_appears(docker: &Docker, volume: bool, name: &str) {
-    for _ in 0..15 {
-        let r = if volume {
-            let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
-                .force(true)
-                .build();
-            docker.remove_volume(name, Some(opts)).await
-        } else {
-            let opts = RemoveContainerOptionsBuilder::default()
-                .force(true)
-                .v(true)
-                .build();
-            docker.remove_container(name, Some(opts)).await
-        };
-        match r {
-            Err(e) if status_of(&e) == Some(404) || status_of(&e) == Some(409) => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            _ => return,
-        }
-    }
-}
-
-pub(crate) async fn remove_volume(docker: &Docker, name: &str) {
-    let opts = bollard::query_parameters::RemoveVolumeOptionsBuilder::default()
-        .force(true)
-        .build();
-    // A volume is busy until its container is gone; the container's removal can lag a little.
-    for _ in 0..300 {
-        match docker.remove_volume(name, Some(opts.clone())).await {
-            Ok(()) => return,
-            Err(e) if status_of(&e) == Some(404) => return,
-            Err(e) if status_of(&e) == Some(409) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => {
-                tracing::warn!(volume = name, error = %e, "could not remove volume");
-                return;
-            }
-        }
-    }
-    tracing::warn!(
-        volume = name,
-        "volume still in use; `agentbox gc` removes it later"
-    );
-}
-
-/// Create a container of `spec`'s image named `name`, registered with the run's cleanup from the
-/// moment its create request is sent (by name) and, once answered, as the container with the
-/// user cleanup tidies as: no interruption can leave it behind. A 404 means the image is missing.
-pub(super) async fn create_tracked(
-    docker: &Docker,
-    spec: &SandboxSpec,
-    name: &str,
-    mut body: bollard::models::ContainerCreateBody,
-    what: &'static str,
-    user: String,
-) -> Result<(String, Registration), SandboxError> {
-    if super::flavor::info(docker).await.is_podman() {
-        seccomp_as_file(&mut body)?;
-    }
-    let registration = spec.cleanup.register(Resource::Creating {
-        docker: docker.clone(),
-        name: name.to_string(),
-        volume: false,
-    });
-    let made = docker
-        .create_container(
-            Some(CreateContainerOptionsBuilder::default().name(name).build()),
-            body,
-        )
-        .await;
-    // Answered (no await from here on, so no cancellation in between).
-    match made {
-        Ok(m) => {
-            spec.cleanup.replace(
-                &registration,
-                Resource::Container {
-                    docker: docker.clone(),
-                    id: m.id.clone(),
-                    user,
-                },
-            );
-            Ok((m.id, registration))
-        }
-        Err(e) => {
-            spec.cleanup.release(registration);
-            Err(match (status_of(&e), &spec.runtime) {
-                (Some(404), _) => SandboxError::ImageMissing {
-                    image: spec.image.clone(),
-                    detail: String::new(),
-                },
-                (Some(400), Some(runtime)) if e.to_string().to_lowercase().contains("unknown runtime") => {
-                    SandboxError::UnknownRuntime {
-                        name: runtime.clone(),
-                        known: known_runtimes(docker).await,
-                    }
-                }
-                _ => SandboxError::docker(what, e),
-            })
-        }
-    }
-}
-
-/// The runtimes the daemon knows, for an error that names what to pick instead.
-async fn known_runtimes(docker: &Docker) -> String {
-    match docker.info().await {
-        Ok(info) => {
-            let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
-            names.sort();
-            let default = info.default_runtime.unwrap_or_else(|| "runc".into());
-            format!("{} (default {default})", names.join(", "))
-        }
-        Err(e) => format!("cannot ask it: {e}"),
-    }
-}
-
-/// A start the chosen runtime refused: name the runtime, and give the known fix when the
-/// failure is a known one. Without `--runtime`, the plain container error.
-pub(super) fn start_error(spec: &SandboxSpec, id: &str, context: &str, e: BollardError) -> SandboxError {
-    match (&spec.runtime, &e, status_of(&e)) {
-        (Some(runtime), BollardError::DockerResponseServerError { message, .. }, Some(code))
-            if code != 404 && code != 409 =>
-        {
-            SandboxError::RuntimeStart {
-                runtime: runtime.clone(),
-                message: message.trim().to_string(),
-                fix: super::runtime_fix(message),
-            }
-        }
-        _ => container_error(id, context, e),
-    }
-}
-
-/// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
-fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
-    let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
-        return Ok(());
-    };
-    for opt in opts.iter_mut().filter(|o| o.starts_with("seccomp={")) {
-        *opt = super::seccomp::security_opt_as_file()
-            .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
     }
     Ok(())
 }
@@ -394,68 +188,6 @@ async fn prepare_volume(
     remove_container(docker, &id).await;
     spec.cleanup.release(seeder);
     result
-}
-
-/// Before removing a container whose session was interrupted: stop what runs in it, and delete
-/// the temporary file of an atomic write that was cut short, so the project holds only whole
-/// files. Bounded: an interruption must not hang on a busy daemon.
-pub(super) async fn tidy(docker: &Docker, id: &str, user: &str) {
-    let script = format!(
-        "{SWEEP}\nfind /workspace -xdev -name .git -prune -o -type f -name '.agentbox-????????' -print -delete 2>/dev/null"
-    );
-    let run = async {
-        let exec = docker
-            .create_exec(
-                id,
-                CreateExecOptions {
-                    cmd: Some(vec!["/bin/sh", "-c", script.as_str()]),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    user: Some(user),
-                    ..Default::default()
-                },
-            )
-            .await
-            .ok()?;
-        if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await.ok()? {
-            while let Some(Ok(item)) = output.next().await {
-                debug!(container = short(id), removed = %String::from_utf8_lossy(item.as_ref()).trim(), "tidied");
-            }
-        }
-        Some(())
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
-}
-
-pub(crate) async fn remove_container(docker: &Docker, id: &str) {
-    let opts = RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build();
-    match docker.remove_container(id, Some(opts)).await {
-        Ok(()) => debug!(container = id, "removed"),
-        Err(e) if status_of(&e) == Some(404) => debug!(container = id, "already gone"),
-        // Auto-remove is already removing it: wait until it is really gone, so that "no
-        // container is left" holds when we return. Docker answers 409 then; Podman 500
-        // ("could not be stopped: ... container state improper: stopped"), measured.
-        Err(e) => {
-            for _ in 0..100 {
-                match docker.inspect_container(id, None).await {
-                    Err(gone) if status_of(&gone) == Some(404) => return,
-                    // Still there, in a state only Podman has ("stopped"), which bollard's
-                    // model cannot read; or still there.
-                    Err(BollardError::JsonDataError { .. }) | Ok(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await
-                    }
-                    // The daemon does not answer: say so below.
-                    Err(_) => break,
-                }
-            }
-            if status_of(&e) != Some(409) {
-                tracing::warn!(container = id, error = %e, "could not remove container");
-            }
-        }
-    }
 }
 
 /// One sandbox container, alive until [`Sandbox::shutdown`] or drop.
@@ -1375,10 +1107,6 @@ struct Death {
     killed: bool,
     /// The `die` event's exit status, as the daemon gives it ("137": SIGKILL).
     exit_code: String,
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
 
 #[async_trait]

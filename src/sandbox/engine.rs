@@ -156,19 +156,19 @@ impl Engine {
                         "the TLS handshake failed ({}): the engine's certificate must be signed by \
                          {}/ca.pem and name the host you connect to, and the engine must accept the \
                          client certificate {}/cert.pem",
-                        super::docker::root_cause(&e),
+                        super::api::root_cause(&e),
                         dir.display(),
                         dir.display()
                     ),
                 },
-                None if super::docker::root_cause(&e).contains("HTTPS server") => SandboxError::Engine {
+                None if super::api::root_cause(&e).contains("HTTPS server") => SandboxError::Engine {
                     endpoint: self.host.clone(),
                     reason:
                         "the engine speaks TLS: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (a directory \
                              with ca.pem, cert.pem and key.pem), as for the docker CLI"
                             .into(),
                 },
-                _ => unreachable(super::docker::root_cause(&e)),
+                _ => unreachable(super::api::root_cause(&e)),
             }),
             Err(_) => Err(unreachable("no answer within 10s".into())),
         }

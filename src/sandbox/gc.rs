@@ -133,7 +133,7 @@ async fn sweep(
                 .build();
             match docker.remove_container(&id, Some(opts)).await {
                 Ok(()) => {}
-                Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => continue,
+                Err(e) if matches!(super::api::status_of(&e), Some(404 | 409)) => continue,
                 Err(e) => return Err(docker_err(format!("remove container {id}"))(e)),
             }
         }
@@ -154,7 +154,7 @@ async fn sweep(
             let opts = RemoveVolumeOptionsBuilder::default().force(true).build();
             match docker.remove_volume(&v.name, Some(opts)).await {
                 Ok(()) => {}
-                Err(e) if matches!(super::docker::status_of(&e), Some(404 | 409)) => continue,
+                Err(e) if matches!(super::api::status_of(&e), Some(404 | 409)) => continue,
                 Err(e) => return Err(docker_err(format!("remove volume {}", v.name))(e)),
             }
         }

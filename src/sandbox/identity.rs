@@ -150,7 +150,7 @@ pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<Stri
         return Ok(name);
     }
     let container = format!("{}-identity", spec.container_name());
-    let (cid, registration) = super::docker::create_tracked(
+    let (cid, registration) = super::containers::create_tracked(
         docker,
         spec,
         &container,
@@ -188,7 +188,7 @@ pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<Stri
             .map_err(|e| SandboxError::docker(format!("commit {name}"), e))
     }
     .await;
-    super::docker::remove_container(docker, &cid).await;
+    super::api::remove_container(docker, &cid).await;
     spec.cleanup.release(registration);
     result?;
     tracing::debug!(%name, "image with the sandbox user made");
@@ -199,7 +199,7 @@ async fn image_id(docker: &Docker, image: &str) -> Result<String, SandboxError> 
     Ok(docker
         .inspect_image(image)
         .await
-        .map_err(|e| match super::docker::status_of(&e) {
+        .map_err(|e| match super::api::status_of(&e) {
             Some(404) => SandboxError::ImageMissing {
                 image: image.to_string(),
                 detail: String::new(),
@@ -229,7 +229,7 @@ async fn image_etc(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc, Sand
     let id = docker
         .inspect_image(&spec.image)
         .await
-        .map_err(|e| match super::docker::status_of(&e) {
+        .map_err(|e| match super::api::status_of(&e) {
             Some(404) => SandboxError::ImageMissing {
                 image: spec.image.clone(),
                 detail: String::new(),
@@ -342,7 +342,7 @@ mod disk_cache {
 /// never started (the sandbox's own container cannot be asked: its reads would see the mounts).
 async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc, SandboxError> {
     let name = format!("{}-etc", spec.container_name());
-    let (id, registration) = super::docker::create_tracked(
+    let (id, registration) = super::containers::create_tracked(
         docker,
         spec,
         &name,
@@ -353,7 +353,7 @@ async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc
     .await?;
     let passwd = read_file(docker, &id, "/etc/passwd").await;
     let group = read_file(docker, &id, "/etc/group").await;
-    super::docker::remove_container(docker, &id).await;
+    super::api::remove_container(docker, &id).await;
     spec.cleanup.release(registration);
     // An image without the files (a scratch image) simply has no entries.
     Ok((passwd.unwrap_or_default(), group.unwrap_or_default()))

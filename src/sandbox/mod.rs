@@ -4,9 +4,12 @@
 //! Kubernetes) can stand behind the same tools later, not to mock Docker in tests: integration
 //! tests run against the real daemon.
 
+pub(crate) mod api;
 pub mod caches;
 mod capture;
 pub mod cleanup;
+mod connect;
+mod containers;
 mod docker;
 pub mod engine;
 pub(crate) mod executor;
@@ -25,10 +28,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub(crate) use api::remove_container;
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
-pub(crate) use docker::remove_container;
-pub use docker::{DockerSandbox, connect_docker, docker_endpoint};
+pub use connect::{connect_docker, docker_endpoint};
+pub use docker::DockerSandbox;
 pub use flavor::{EngineInfo, EngineKind};
 pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{

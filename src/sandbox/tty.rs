@@ -8,7 +8,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
 use futures_util::{Stream, StreamExt};
 
-use super::docker::container_error;
+use super::api::container_error;
 use super::{DockerSandbox, Sandbox, SandboxError, WORKSPACE};
 
 /// What an attached process writes: with a TTY one stream (`Out`), without one stdout and

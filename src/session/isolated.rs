@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{MAX_DIFF_BYTES, Session};
-use crate::config::IsolateSettings;
+use std::path::Path;
+
+use crate::config::{IsolateSettings, SandboxConfig};
+use crate::sandbox::DockerSandbox;
 use std::io::Write;
 
 use crate::events::{Event, EventSink};
@@ -426,7 +429,7 @@ impl IsolatedCopy {
             write_patch: true,
             apply: false,
         };
-        let (sandbox, iso) = super::setup::open_isolated(cfg, project, &settings).await?;
+        let (sandbox, iso) = open_isolated(cfg, project, &settings).await?;
         Ok((sandbox, IsolatedCopy(iso)))
     }
 
@@ -468,4 +471,33 @@ impl IsolatedCopy {
             warnings,
         })
     }
+}
+
+/// The project copied into a fresh volume (`--isolate`), and a sandbox on it.
+pub(super) async fn open_isolated(
+    cfg: &SandboxConfig,
+    project: &Path,
+    iso: &crate::config::IsolateSettings,
+) -> anyhow::Result<(DockerSandbox, Isolation)> {
+    let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
+    let root = project.canonicalize()?;
+    let exclude = iso.exclude.clone();
+    let dir = root.clone();
+    let packed = tokio::task::spawn_blocking(move || {
+        isolate::pack(&dir, uid, gid, &|p| {
+            exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
+        })
+    })
+    .await??;
+    let spec = cfg.volume_spec(project, packed.tar.path())?;
+    let (_, sb) = super::open::open_spec(cfg, spec).await?;
+    Ok((
+        sb,
+        Isolation {
+            project: root,
+            manifest: Arc::new(packed.manifest),
+            settings: iso.clone(),
+            left_out: packed.left_out,
+        },
+    ))
 }

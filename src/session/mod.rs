@@ -10,6 +10,7 @@ use async_trait::async_trait;
 pub mod baseline;
 pub mod before;
 mod isolated;
+mod open;
 pub mod preflight;
 pub mod prime;
 pub mod prompt;
@@ -18,7 +19,8 @@ pub mod setup_phase;
 pub mod trust;
 
 pub use isolated::{IsolatedCopy, PatchWritten};
-pub use setup::{ProjectPlan, choose_image, event_sinks, open_sandbox, open_spec, plan_project};
+pub use open::{open_sandbox, open_spec};
+pub use setup::{ProjectPlan, choose_image, event_sinks, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
 use crate::events::{Event, EventSink, Fanout};

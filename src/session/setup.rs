@@ -6,17 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
-
 use super::{Session, TerminalApprover, baseline, isolated, preflight, prompt};
 use crate::agent::AgentConfig;
 use crate::config::{AgentSettings, SandboxConfig};
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
-use crate::image::{DEFAULT_IMAGE, KnownImage, ensure_image, image_exists, stderr_progress};
-use crate::isolate;
+use crate::image::{DEFAULT_IMAGE, KnownImage, image_exists};
 use crate::model::ToolChoice;
 use crate::project::{Detection, ImageChoice, TestCommand};
-use crate::sandbox::{DockerSandbox, Sandbox, SandboxError, SandboxSpec, connect_docker};
+use crate::sandbox::{DockerSandbox, Sandbox, connect_docker};
 use crate::tools::{ToolRegistry, ToolSettings};
 
 /// The progress printer, plus the trajectory file when asked for.
@@ -29,27 +26,6 @@ pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
         sinks.push(Box::new(writer));
     }
     Ok(Arc::new(Fanout(sinks)))
-}
-
-/// Connect, make sure the image exists (building a known one if not), start a sandbox on
-/// `project`.
-pub async fn open_sandbox(
-    cfg: &SandboxConfig,
-    project: &Path,
-) -> Result<(Docker, DockerSandbox), SandboxError> {
-    let spec = cfg.bind_spec(project)?;
-    open_spec(cfg, spec).await
-}
-
-/// The same, for any spec (e.g. an `--isolate` volume).
-pub async fn open_spec(
-    cfg: &SandboxConfig,
-    spec: SandboxSpec,
-) -> Result<(Docker, DockerSandbox), SandboxError> {
-    let docker = connect_docker().await?;
-    ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut stderr_progress).await?;
-    let sandbox = DockerSandbox::create(&docker, spec).await?;
-    Ok((docker, sandbox))
 }
 
 /// What a session knows about its project before any sandbox exists: the image it runs and
@@ -285,39 +261,10 @@ async fn open_session_sandbox(
     project: &Path,
 ) -> anyhow::Result<(DockerSandbox, Option<isolated::Isolation>)> {
     Ok(match &settings.isolate {
-        None => (open_sandbox(cfg, project).await?.1, None),
+        None => (super::open::open_sandbox(cfg, project).await?.1, None),
         Some(iso) => {
-            let (sb, isolation) = open_isolated(cfg, project, iso).await?;
+            let (sb, isolation) = isolated::open_isolated(cfg, project, iso).await?;
             (sb, Some(isolation))
         }
     })
-}
-
-/// The project copied into a fresh volume (`--isolate`), and a sandbox on it.
-pub(super) async fn open_isolated(
-    cfg: &SandboxConfig,
-    project: &Path,
-    iso: &crate::config::IsolateSettings,
-) -> anyhow::Result<(DockerSandbox, isolated::Isolation)> {
-    let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
-    let root = project.canonicalize()?;
-    let exclude = iso.exclude.clone();
-    let dir = root.clone();
-    let packed = tokio::task::spawn_blocking(move || {
-        isolate::pack(&dir, uid, gid, &|p| {
-            exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
-        })
-    })
-    .await??;
-    let spec = cfg.volume_spec(project, packed.tar.path())?;
-    let (_, sb) = open_spec(cfg, spec).await?;
-    Ok((
-        sb,
-        isolated::Isolation {
-            project: root,
-            manifest: Arc::new(packed.manifest),
-            settings: iso.clone(),
-            left_out: packed.left_out,
-        },
-    ))
 }

@@ -1,0 +1,111 @@
+//! Containers of a sandbox's spec (the sandbox's own, and the helpers that seed a volume or
+//! read an image), created so that the run's cleanup knows them from the moment their create
+//! request is sent.
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+
+use super::SandboxError;
+use super::api::{container_error, status_of};
+use super::cleanup::{Registration, Resource};
+use super::policy::SandboxSpec;
+
+/// Create a container of `spec`'s image named `name`, registered with the run's cleanup from the
+/// moment its create request is sent (by name) and, once answered, as the container with the
+/// user cleanup tidies as: no interruption can leave it behind. A 404 means the image is missing.
+pub(super) async fn create_tracked(
+    docker: &Docker,
+    spec: &SandboxSpec,
+    name: &str,
+    mut body: bollard::models::ContainerCreateBody,
+    what: &'static str,
+    user: String,
+) -> Result<(String, Registration), SandboxError> {
+    if super::flavor::info(docker).await.is_podman() {
+        seccomp_as_file(&mut body)?;
+    }
+    let registration = spec.cleanup.register(Resource::Creating {
+        docker: docker.clone(),
+        name: name.to_string(),
+        volume: false,
+    });
+    let made = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::default().name(name).build()),
+            body,
+        )
+        .await;
+    // Answered (no await from here on, so no cancellation in between).
+    match made {
+        Ok(m) => {
+            spec.cleanup.replace(
+                &registration,
+                Resource::Container {
+                    docker: docker.clone(),
+                    id: m.id.clone(),
+                    user,
+                },
+            );
+            Ok((m.id, registration))
+        }
+        Err(e) => {
+            spec.cleanup.release(registration);
+            Err(match (status_of(&e), &spec.runtime) {
+                (Some(404), _) => SandboxError::ImageMissing {
+                    image: spec.image.clone(),
+                    detail: String::new(),
+                },
+                (Some(400), Some(runtime)) if e.to_string().to_lowercase().contains("unknown runtime") => {
+                    SandboxError::UnknownRuntime {
+                        name: runtime.clone(),
+                        known: known_runtimes(docker).await,
+                    }
+                }
+                _ => SandboxError::docker(what, e),
+            })
+        }
+    }
+}
+
+/// The runtimes the daemon knows, for an error that names what to pick instead.
+async fn known_runtimes(docker: &Docker) -> String {
+    match docker.info().await {
+        Ok(info) => {
+            let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+            names.sort();
+            let default = info.default_runtime.unwrap_or_else(|| "runc".into());
+            format!("{} (default {default})", names.join(", "))
+        }
+        Err(e) => format!("cannot ask it: {e}"),
+    }
+}
+
+/// A start the chosen runtime refused: name the runtime, and give the known fix when the
+/// failure is a known one. Without `--runtime`, the plain container error.
+pub(super) fn start_error(spec: &SandboxSpec, id: &str, context: &str, e: BollardError) -> SandboxError {
+    match (&spec.runtime, &e, status_of(&e)) {
+        (Some(runtime), BollardError::DockerResponseServerError { message, .. }, Some(code))
+            if code != 404 && code != 409 =>
+        {
+            SandboxError::RuntimeStart {
+                runtime: runtime.clone(),
+                message: message.trim().to_string(),
+                fix: super::runtime_fix(message),
+            }
+        }
+        _ => container_error(id, context, e),
+    }
+}
+
+/// Podman's compatible API takes the seccomp profile as a path on its host, not inline.
+pub(super) fn seccomp_as_file(body: &mut bollard::models::ContainerCreateBody) -> Result<(), SandboxError> {
+    let Some(opts) = body.host_config.as_mut().and_then(|h| h.security_opt.as_mut()) else {
+        return Ok(());
+    };
+    for opt in opts.iter_mut().filter(|o| o.starts_with("seccomp={")) {
+        *opt = super::seccomp::security_opt_as_file()
+            .map_err(|e| SandboxError::Other(format!("cannot write the seccomp profile for Podman: {e}")))?;
+    }
+    Ok(())
+}
