@@ -49,6 +49,7 @@ lint:
     cargo fmt --check
     cargo clippy --all-targets --locked -- -D warnings
     scripts/module-cycles src
+    scripts/module-cycles crates/agentbox-sandbox/src
 
 # Remove containers and volumes left by killed agentbox processes.
 gc: build

@@ -26,7 +26,8 @@ pub mod model;
 pub mod project;
 pub mod repair;
 pub mod report;
-pub mod sandbox;
+/// The sandbox layer, its own crate (`crates/agentbox-sandbox`).
+pub use agentbox_sandbox as sandbox;
 pub mod session;
 pub mod terminal;
 pub mod toolchain;

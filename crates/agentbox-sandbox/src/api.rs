@@ -137,7 +137,7 @@ pub(super) async fn tidy(docker: &Docker, id: &str, user: &str) {
     let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
 }
 
-pub(crate) async fn remove_container(docker: &Docker, id: &str) {
+pub async fn remove_container(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)

@@ -1005,7 +1005,7 @@ mod tests {
             Some("1000:1000"),
             "the executor runs as the project owner"
         );
-        assert_eq!(body.cmd.as_ref().unwrap()[4], crate::sandbox::executor::source());
+        assert_eq!(body.cmd.as_ref().unwrap()[4], crate::executor::source());
         let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
@@ -1213,7 +1213,7 @@ mod tests {
     #[test]
     fn podman_gets_the_same_policy_in_its_own_words() {
         let podman = EngineInfo {
-            kind: crate::sandbox::EngineKind::Podman,
+            kind: crate::EngineKind::Podman,
             ..EngineInfo::docker()
         };
         let hc = spec()

@@ -617,7 +617,7 @@ fn first_non_directory(project: &Path, rel: &Path) -> Result<(), PathBuf> {
 
 /// A path for a message: C-quoted as git quotes names, so no name can forge lines.
 pub fn quote(p: &Path) -> String {
-    crate::sandbox::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
+    crate::gitquote::quote_path(p.as_os_str().as_encoded_bytes())
 }
 
 /// Holds a bind-mounted project's baseline until [`HostGuard::finish`], which runs the check

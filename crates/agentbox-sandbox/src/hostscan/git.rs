@@ -13,7 +13,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::sandbox::policy::LinkedGit;
+use crate::policy::LinkedGit;
 
 /// Largest config (or `.git` file, `commondir`) read; git's own are a few KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -175,7 +175,7 @@ pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>>
     if !dot_git.symlink_metadata().ok()?.is_file() {
         return None;
     }
-    let shown = || crate::sandbox::hostscan::quote(&dot_git);
+    let shown = || crate::hostscan::quote(&dot_git);
     let refuse = |why: String| {
         Some(Err(format!(
             "{}: git will not work inside the sandbox (`fatal: not a git repository`): {why}",
@@ -190,7 +190,7 @@ pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>>
     };
     let joined = project.join(&written);
     let target = lexical(&joined);
-    let q = |p: &Path| crate::sandbox::hostscan::quote(p);
+    let q = |p: &Path| crate::hostscan::quote(p);
     if let Some(rel) = lexical_rel(project, &target) {
         // Inside the project: mounted with it, and found there if the path is relative.
         return if Path::new(&written).is_absolute() {
@@ -211,7 +211,7 @@ pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>>
 }
 
 fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Result<LinkedGit, String> {
-    use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+    use crate::policy::{GitPiece, LinkedGitKind};
     no_link_on_the_way(joined, target)?;
     owned_dir(target, uid)?;
     let parent = target.parent().unwrap_or(target);
@@ -234,7 +234,7 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
         if lexical(&target.join(back.trim())) != project.join(".git") {
             return Err(format!(
                 "a worktree of another checkout: its `gitdir` file names {}, not this project",
-                crate::sandbox::hostscan::quote(Path::new(back.trim()))
+                crate::hostscan::quote(Path::new(back.trim()))
             ));
         }
         (LinkedGitKind::Worktree, common)
@@ -295,7 +295,7 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
     }
     for (piece, path, dir, required) in wanted {
         use std::os::unix::fs::MetadataExt;
-        let q = crate::sandbox::hostscan::quote(&path);
+        let q = crate::hostscan::quote(&path);
         let Ok(m) = path.symlink_metadata() else {
             if required {
                 return Err(format!("which lacks {q}"));
@@ -401,7 +401,7 @@ fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), String> {
         if cur.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(format!(
                 "reached through the symbolic link {}",
-                crate::sandbox::hostscan::quote(&cur)
+                crate::hostscan::quote(&cur)
             ));
         }
     }
@@ -1029,7 +1029,7 @@ mod tests {
 
     #[test]
     fn a_linked_worktree_gets_what_git_reads_and_never_the_repositorys_config() {
-        use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+        use crate::policy::{GitPiece, LinkedGitKind};
         let (_d, root) = worktree();
         let wt = root.join("wt");
         let linked = linked_git(&wt, owner(&wt)).unwrap().unwrap();
@@ -1101,7 +1101,7 @@ mod tests {
 
     #[test]
     fn a_submodules_checkout_gets_its_repository() {
-        use crate::sandbox::policy::{GitPiece, LinkedGitKind};
+        use crate::policy::{GitPiece, LinkedGitKind};
         let (_d, root) = worktree();
         git(&root.join("main"), &["submodule", "add", "-q", "./", "sub"]);
         let sub = root.join("main/sub");
