@@ -22,7 +22,8 @@ pub mod fuzzing;
 pub mod image;
 pub mod isolate;
 pub mod mcp;
-pub mod model;
+/// The model layer, its own crate (`crates/agentbox-model`).
+pub use agentbox_model as model;
 pub mod project;
 pub mod repair;
 pub mod report;

@@ -339,7 +339,7 @@ impl ModelClient for OpenAi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Message, ToolResult, ToolSpec};
+    use crate::{Message, ToolResult, ToolSpec};
     use serde_json::json;
 
     #[test]

@@ -165,7 +165,7 @@ impl ModelClient for Scripted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolChoice;
+    use crate::ToolChoice;
 
     fn req() -> Request {
         Request {

@@ -236,7 +236,7 @@ mod tests {
     fn results_are_rendered_as_text() {
         let msgs = to_text_messages(&[Message {
             role: Role::User,
-            content: vec![Block::ToolResult(crate::model::ToolResult {
+            content: vec![Block::ToolResult(crate::ToolResult {
                 call_id: "t1".into(),
                 content: "boom".into(),
                 is_error: true,

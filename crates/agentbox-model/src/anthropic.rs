@@ -318,7 +318,7 @@ impl ModelClient for Anthropic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ToolResult, ToolSpec};
+    use crate::{ToolResult, ToolSpec};
     use serde_json::json;
 
     fn request() -> Request {
