@@ -18,8 +18,8 @@ use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuil
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncBufReadExt;
 
-use crate::sandbox::SandboxError;
 use crate::sandbox::cleanup::{Cleanup, Resource};
+use crate::sandbox::{SandboxError, root_cause};
 use crate::toolchain::{Toolchain, parse_probe, probe_script};
 
 /// The one Debian suite every agentbox image is built from, by both builds: the newest stable
@@ -311,14 +311,6 @@ pub async fn ensure_image(
             Err(missing(format!(" and pulling it failed ({why}){newer}")))
         }
     }
-}
-
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
 }
 
 /// The daemon's `Get "https://REGISTRY/v2/": dial tcp: lookup ...` without the request: what

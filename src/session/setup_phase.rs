@@ -741,42 +741,41 @@ async fn run_commands(
         // artifact of a stub would pass for the project's crate (cargo trusts its mtimes).
         if *p == plan::Prebuild::Rust && (out.timed_out || out.exit_code != 1) {
             let target = format!("{}/{}", plan::BUILD_DIR, plan::CARGO_TARGET);
-            let removed = sandbox
-                .exec(ExecRequest::argv(
-                    ["rm", "-rf", &target],
-                    Duration::from_secs(120),
-                ))
-                .await?;
-            if !removed.success() {
-                return Err(SetupError::Failed {
-                    command: format!("rm -rf {target}"),
-                    status: removed.status_line(),
-                    output: removed.stderr.to_text(),
-                    blocked: String::new(),
-                    hint: String::new(),
-                });
-            }
+            harness_step(
+                sandbox,
+                vec!["rm".into(), "-rf".into(), target],
+                Duration::from_secs(120),
+            )
+            .await?;
         }
     }
     // Every tool's directory exists before the cache turns read-only: a tool that finds its
     // home missing would try to create it, and fail, in the agent phase.
-    let dirs = ["cargo", "go-mod", "npm"].map(|d| format!("{DEPS_DIR}/{d}"));
-    let out = sandbox
-        .exec(ExecRequest::argv(
-            ["mkdir", "-p"].into_iter().map(String::from).chain(dirs),
-            Duration::from_secs(30),
-        ))
-        .await?;
-    if !out.success() {
-        return Err(SetupError::Failed {
-            command: format!("mkdir -p {DEPS_DIR}/..."),
-            status: out.status_line(),
-            output: out.stderr.to_text(),
-            blocked: String::new(),
-            hint: String::new(),
-        });
+    let mkdir = ["mkdir", "-p"]
+        .into_iter()
+        .map(String::from)
+        .chain(["cargo", "go-mod", "npm"].map(|d| format!("{DEPS_DIR}/{d}")))
+        .collect();
+    harness_step(sandbox, mkdir, Duration::from_secs(30)).await
+}
+
+/// One of setup's own commands (not the project's): its failure is setup's, with its stderr.
+async fn harness_step(
+    sandbox: &DockerSandbox,
+    argv: Vec<String>,
+    timeout: Duration,
+) -> Result<(), SetupError> {
+    let out = sandbox.exec(ExecRequest::argv(argv.clone(), timeout)).await?;
+    if out.success() {
+        return Ok(());
     }
-    Ok(())
+    Err(SetupError::Failed {
+        command: argv.join(" "),
+        status: out.status_line(),
+        output: out.stderr.to_text(),
+        blocked: String::new(),
+        hint: String::new(),
+    })
 }
 
 /// Run one setup step with its output followed live and kept (see `run_commands`); `shown` is

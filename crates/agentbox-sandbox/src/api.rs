@@ -33,7 +33,9 @@ while [ $n -lt 500 ]; do
   n=$((n+1))
 done"#;
 
-pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+/// The innermost error of a chain: what the daemon, the socket or TLS said, without the layers
+/// that wrapped it.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;

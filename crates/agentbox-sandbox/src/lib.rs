@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use api::remove_container;
+pub use api::{remove_container, root_cause};
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
 pub use connect::{connect_docker, docker_endpoint};
