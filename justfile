@@ -50,6 +50,7 @@ lint:
     cargo clippy --all-targets --locked -- -D warnings
     scripts/module-cycles src
     scripts/module-cycles crates/agentbox-sandbox/src
+    scripts/module-cycles crates/agentbox-hostfs/src
     scripts/module-cycles crates/agentbox-model/src
 
 # Remove containers and volumes left by killed agentbox processes.

@@ -47,7 +47,7 @@ pub struct SandboxConfig {
     pub extras: crate::sandbox::Extras,
     /// `--host-scan-limit`, `--host-scan-timeout`: how far the host's scans of a bind-mounted
     /// project go.
-    pub host_scan: crate::sandbox::hostscan::ScanBounds,
+    pub host_scan: crate::hostfs::hostscan::ScanBounds,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -134,7 +134,7 @@ impl SandboxConfig {
             allow_weak_limits: args.allow_weak_limits,
             cleanup: Default::default(),
             extras: Default::default(),
-            host_scan: crate::sandbox::hostscan::ScanBounds {
+            host_scan: crate::hostfs::hostscan::ScanBounds {
                 entries: usize::try_from(args.host_scan_limit).unwrap_or(usize::MAX),
                 time: Duration::from_secs(args.host_scan_timeout),
             },

@@ -20,10 +20,10 @@ use std::sync::atomic::AtomicBool;
 use crate::egress::http::{BodyEnd, BodyLength, parse_head};
 use crate::egress::matcher::{self, Rule};
 use crate::egress::tls;
-use crate::isolate::readback;
-use crate::isolate::{Content, Entry, Manifest, RelPath};
+use crate::hostfs::gitquote;
+use crate::hostfs::isolate::readback;
+use crate::hostfs::isolate::{Content, Entry, Manifest, RelPath};
 use crate::model;
-use crate::sandbox::gitquote;
 
 /// A target: the fuzzer's bytes in, a panic out if a check fails. The names in [`TARGETS`] are
 /// the file names under `fuzz/fuzz_targets/`, for the corpus tests.

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hostfs::hostscan::{self, HostCheck};
 use crate::model::Usage;
 use crate::project::results::TestCounts;
-use crate::sandbox::hostscan::{self, HostCheck};
 
 /// Exit statuses of `agentbox run` (documented in the README).
 pub use crate::exit;

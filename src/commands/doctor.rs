@@ -547,7 +547,7 @@ async fn check_policy(docker: &Docker, cfg: &SandboxConfig, limits_enforced: boo
         let _seed;
         let spec = if remote {
             let d = crate::sandbox::inspect_project(&dir)?;
-            let packed = crate::isolate::pack(&dir, d.uid, d.gid, &|_| false).map_err(|e| {
+            let packed = crate::hostfs::isolate::pack(&dir, d.uid, d.gid, &|_| false).map_err(|e| {
                 crate::sandbox::SandboxError::Other(format!("cannot copy the scratch project: {e}"))
             })?;
             let spec = cfg.volume_spec(&dir, packed.tar.path())?;

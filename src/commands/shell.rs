@@ -187,7 +187,7 @@ pub async fn interactive(
 fn summary(
     project: &Path,
     read_only: bool,
-    check: Option<&crate::sandbox::hostscan::HostCheck>,
+    check: Option<&crate::hostfs::hostscan::HostCheck>,
 ) -> crate::output::Escaped {
     let Some(check) = check else {
         return crate::escaped!("sandbox removed");

@@ -20,7 +20,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{PYTEST, is_python_test, skipped_dirs};
-use crate::sandbox::hostscan::git::read_small;
+use crate::hostfs::hostscan::git::read_small;
 
 /// Entries looked at in one walk (the root, `tests/`, the search for Python tests): enough for
 /// any real layout, and a bound on a hostile one.

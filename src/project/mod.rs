@@ -31,16 +31,8 @@ pub use detect::{
     Detection, Devcontainer, Ecosystem, POLYGLOT, TestCommand, detect, devcontainer, program_check,
 };
 
-/// Caches that tools rewrite at will: left out of the change snapshot and never brought back
-/// out of an isolated sandbox; nor listed or searched (`skipped_dirs`).
-pub const CACHE_DIRS: &[&str] = &[
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".tox",
-    ".nox",
-];
+/// Caches that tools rewrite at will (defined where `--isolate` leaves them out).
+pub use crate::hostfs::isolate::CACHE_DIRS;
 
 /// Besides `.git` and the caches: environments, dependencies, build output, editor state.
 const OTHER_SKIPPED_DIRS: &[&str] = &[

@@ -781,7 +781,7 @@ impl<'a> Validator<'a> {
             .map(|i| i.exclude.clone())
             .unwrap_or_default();
         let packed = tokio::task::spawn_blocking(move || {
-            crate::isolate::pack(&root, dir.uid, dir.gid, &|p| {
+            crate::hostfs::isolate::pack(&root, dir.uid, dir.gid, &|p| {
                 exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
             })
         })

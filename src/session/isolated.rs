@@ -12,9 +12,10 @@ use crate::sandbox::DockerSandbox;
 use std::io::Write;
 
 use crate::events::{Event, EventSink};
-use crate::isolate::{self, Manifest};
+use crate::hostfs::hostscan;
+use crate::hostfs::isolate::{self, Manifest};
 use crate::report::Report;
-use crate::sandbox::{Sandbox, hostscan};
+use crate::sandbox::Sandbox;
 
 /// `./agentbox-SESSION.patch`, unless the current directory is inside the project (which
 /// `--isolate` promises not to write): then the system's temporary directory.
@@ -340,7 +341,7 @@ fn account(set: &isolate::ChangeSet, counts: &[Option<(u64, u64)>], report: &mut
         total: caches.len(),
         paths: caches
             .into_iter()
-            .take(crate::sandbox::hostscan::MAX_LISTED_CHANGES)
+            .take(crate::hostfs::hostscan::MAX_LISTED_CHANGES)
             .collect(),
         incomplete: false,
     });

@@ -318,7 +318,7 @@ impl Session {
     /// Remove the sandbox, then check the project on the host (bind-mounted runs: planted git
     /// metadata moved out, every change listed). The check comes after the removal so that
     /// nothing of the sandbox can write while the host looks.
-    pub async fn close(self) -> Option<crate::sandbox::hostscan::HostCheck> {
+    pub async fn close(self) -> Option<crate::hostfs::hostscan::HostCheck> {
         self.stop_processes("at the end of the session").await;
         let _ = self.sandbox.shutdown().await;
         self.sandbox.check_host()

@@ -531,7 +531,7 @@ async fn fill(
             let root = project.to_path_buf();
             let exclude = iso.exclude.clone();
             let packed = tokio::task::spawn_blocking(move || {
-                crate::isolate::pack(&root, dir.uid, dir.gid, &|p| {
+                crate::hostfs::isolate::pack(&root, dir.uid, dir.gid, &|p| {
                     exclude.iter().any(|e| e.as_bytes() == p.as_bytes())
                 })
             })
@@ -966,7 +966,7 @@ fn learned_path(image_id: &str) -> Option<std::path::PathBuf> {
         .take(64)
         .collect();
     (!id.is_empty()).then(|| {
-        crate::sandbox::hostscan::quarantine::data_dir()
+        crate::hostfs::hostscan::quarantine::data_dir()
             .unwrap_or_else(std::env::temp_dir)
             .join("registries")
             .join(format!("cargo-{id}"))

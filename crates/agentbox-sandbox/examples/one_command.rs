@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentbox_sandbox::hostscan::ScanBounds;
+use agentbox_sandbox::ScanBounds;
 use agentbox_sandbox::{
     Cleanup, DockerSandbox, ExecRequest, Extras, Limits, Sandbox, SandboxSpec, bind_workspace, connect_docker,
 };

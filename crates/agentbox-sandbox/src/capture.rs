@@ -93,22 +93,7 @@ impl Captured {
     }
 }
 
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} bytes");
-    }
-    let mut value = n as f64;
-    let mut unit = "bytes";
-    for u in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = u;
-    }
-    format!("{value:.1} {unit}")
-}
+pub use agentbox_hostfs::human_bytes;
 
 /// Accumulates a stream into a [`Captured`] with bounded memory.
 #[derive(Debug)]

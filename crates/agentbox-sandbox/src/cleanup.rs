@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use bollard::Docker;
 
-use super::hostscan::HostGuard;
+use agentbox_hostfs::hostscan::HostGuard;
 
 /// Something a run may have to clean up.
 pub enum Resource {
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn registrations_come_and_go_and_replace_without_a_gap() {
         let c = Cleanup::default();
-        let guard = Arc::new(HostGuard::for_test());
+        let guard = Arc::new(HostGuard::finished());
         let a = c.register(Resource::HostCheck(guard.clone()));
         let b = c.register(Resource::HostCheck(guard.clone()));
         assert_eq!(c.lock().len(), 2);

@@ -22,9 +22,9 @@ use super::capture::HeadTail;
 use super::cleanup::{Cleanup, Registration, Resource};
 use super::containers::{create_tracked, start_error};
 use super::executor::{Executor, JobFrame};
-use super::hostscan::HostGuard;
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
 use super::{Captured, ExecMode, ExecOutput, ExecRequest, ProcessState, Sandbox, SandboxError, SandboxInfo};
+use agentbox_hostfs::hostscan::HostGuard;
 
 /// Per-call mode runs `"$@"` and then sweeps, so a background child that holds stdout open
 /// cannot keep the exec stream (and the caller) waiting. The command gets the highest OOM score
@@ -523,7 +523,7 @@ impl DockerSandbox {
         self.runtime.as_deref().is_some_and(super::is_gvisor)
     }
 
-    pub fn check_host(&self) -> Option<super::hostscan::HostCheck> {
+    pub fn check_host(&self) -> Option<agentbox_hostfs::hostscan::HostCheck> {
         let (guard, registration) = self.guard.lock().unwrap_or_else(|e| e.into_inner()).take()?;
         let check = guard.finish();
         self.cleanup.release(registration);

@@ -37,7 +37,7 @@ pub const USER_NAME: &str = "agentbox";
 
 /// The two files, on the host, for as long as the container may start; and for a linked
 /// worktree, the `.git` file, config and empty file agentbox writes for it (see
-/// `policy::LinkedGit`).
+/// `hostscan::git::LinkedGit`).
 pub struct EtcFiles {
     dir: tempfile::TempDir,
 }
@@ -82,7 +82,7 @@ pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, 
     Ok(EtcFiles { dir })
 }
 
-/// The files of `policy::LinkedGit` in `dir`, the sandbox user's (run as anyone else,
+/// The files of `hostscan::git::LinkedGit` in `dir`, the sandbox user's (run as anyone else,
 /// agentbox is that user already).
 fn write_linked_git(dir: &Path, linked: &LinkedGit, spec: &SandboxSpec) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -97,7 +97,7 @@ fn write_linked_git(dir: &Path, linked: &LinkedGit, spec: &SandboxSpec) -> std::
         std::fs::write(path, text)?;
         own(path, 0o644)
     };
-    file(&dir.join(LINKED_GIT_FILE), &linked.dot_git())?;
+    file(&dir.join(LINKED_GIT_FILE), &super::policy::dot_git(linked))?;
     file(&dir.join(LINKED_GIT_EMPTY), "")?;
     let root = dir.join(LINKED_GIT_ROOT);
     std::fs::create_dir(&root)?;

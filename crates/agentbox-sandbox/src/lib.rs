@@ -16,10 +16,9 @@ pub(crate) mod executor;
 pub mod flavor;
 pub mod fsop;
 pub mod gc;
-pub mod gitquote;
-pub mod hostscan;
 pub mod identity;
 mod policy;
+mod project;
 pub mod publish;
 pub mod seccomp;
 pub mod tty;
@@ -28,18 +27,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use agentbox_hostfs::hostscan::ScanBounds;
 pub use api::{remove_container, root_cause};
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
 pub use connect::{connect_docker, docker_endpoint};
 pub use docker::DockerSandbox;
 pub use flavor::{EngineInfo, EngineKind};
-pub use hostscan::{ProjectDir, bind_workspace, inspect_project};
 pub use policy::{
     BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, Extras, Forward, GIT_ROOT,
     HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     VolumeMount, WorkspaceSource, parse_size,
 };
+pub use project::{ProjectDir, bind_workspace, inspect_project};
 
 /// Where the project is mounted inside every sandbox.
 pub const WORKSPACE: &str = "/workspace";

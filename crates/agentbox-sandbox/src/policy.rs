@@ -11,6 +11,8 @@ use bollard::models::{
     MountBindOptionsPropagationEnum, MountType, MountVolumeOptions, ResourcesUlimits,
 };
 
+pub use agentbox_hostfs::hostscan::git::{GitPiece, LinkedGit, LinkedGitKind};
+
 use super::flavor::EngineInfo;
 use super::{HOST_LABEL, PID_LABEL, SESSION_LABEL, WORKSPACE};
 
@@ -328,78 +330,6 @@ fn ulimits(engine: &EngineInfo, max_file_bytes: i64) -> Vec<ResourcesUlimits> {
 /// repository the sandbox's commands make or open (a test suite's temporary ones).
 pub const GIT_ROOT: &str = "/run/agentbox-git";
 
-/// What the sandbox's git reads of a linked worktree's repository. The host side decides which
-/// exist and may be mounted (`hostscan::git::linked_git`); the policy decides where, always
-/// read-only, always under [`GIT_ROOT`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GitPiece {
-    /// The common directory's: `HEAD`, `objects/`, `refs/`, `packed-refs`, `shallow`,
-    /// `reftable/`.
-    Head,
-    Objects,
-    Refs,
-    PackedRefs,
-    Shallow,
-    Reftable,
-    /// A linked worktree's own git directory (`C/worktrees/NAME`: its HEAD, index, logs).
-    Worktree,
-    /// Its `config.worktree`: hidden under an empty file, never mounted.
-    WorktreeConfig,
-    /// A submodule's index (its git directory is the common one).
-    Index,
-}
-
-/// The worktree's own directory inside, under the common one as git lays it out, so that its
-/// `commondir` (`../..`) leads there.
-const GIT_WORKTREE: &str = "worktrees/workspace";
-
-impl GitPiece {
-    /// Where it is under [`GIT_ROOT`].
-    pub fn rel(self) -> &'static str {
-        match self {
-            GitPiece::Head => "HEAD",
-            GitPiece::Objects => "objects",
-            GitPiece::Refs => "refs",
-            GitPiece::PackedRefs => "packed-refs",
-            GitPiece::Shallow => "shallow",
-            GitPiece::Reftable => "reftable",
-            GitPiece::Worktree => GIT_WORKTREE,
-            GitPiece::WorktreeConfig => "worktrees/workspace/config.worktree",
-            GitPiece::Index => "index",
-        }
-    }
-
-    pub fn is_dir(self) -> bool {
-        matches!(
-            self,
-            GitPiece::Objects | GitPiece::Refs | GitPiece::Reftable | GitPiece::Worktree
-        )
-    }
-
-    pub fn target(self) -> String {
-        format!("{GIT_ROOT}/{}", self.rel())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkedGitKind {
-    /// `gitdir: C/worktrees/NAME`.
-    Worktree,
-    /// `gitdir: S/modules/NAME`: a repository of its own, kept in its superproject's.
-    Submodule,
-}
-
-/// A linked worktree's (or submodule's) repository as the sandbox gets it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkedGit {
-    pub kind: LinkedGitKind,
-    /// Host paths, each mounted read-only at [`GitPiece::target`].
-    pub pieces: Vec<(GitPiece, PathBuf)>,
-    /// The config git reads inside, at `GIT_ROOT/config`: written by agentbox, never the
-    /// repository's.
-    pub config: String,
-}
-
 /// What agentbox writes for a linked worktree next to the sandbox's `/etc` files (see
 /// `identity::etc_files`), all the sandbox user's: the `.git` file; an empty file; and the
 /// directory seen as [`GIT_ROOT`], holding the config and an empty mount point for each piece.
@@ -409,13 +339,16 @@ pub const LINKED_GIT_FILE: &str = "git-file";
 pub const LINKED_GIT_EMPTY: &str = "git-empty";
 pub const LINKED_GIT_ROOT: &str = "git-root";
 
-impl LinkedGit {
-    /// The `.git` file seen at `/workspace/.git`.
-    pub fn dot_git(&self) -> String {
-        match self.kind {
-            LinkedGitKind::Worktree => format!("gitdir: {GIT_ROOT}/{GIT_WORKTREE}\n"),
-            LinkedGitKind::Submodule => format!("gitdir: {GIT_ROOT}\n"),
-        }
+/// Where a piece of a linked worktree's repository is mounted inside.
+pub fn git_target(piece: GitPiece) -> String {
+    format!("{GIT_ROOT}/{}", piece.rel())
+}
+
+/// The `.git` file seen at `/workspace/.git`.
+pub fn dot_git(linked: &LinkedGit) -> String {
+    match linked.kind {
+        LinkedGitKind::Worktree => format!("gitdir: {GIT_ROOT}/{}\n", GitPiece::Worktree.rel()),
+        LinkedGitKind::Submodule => format!("gitdir: {GIT_ROOT}\n"),
     }
 }
 
@@ -429,7 +362,7 @@ pub enum WorkspaceSource {
         /// what their configs name (a hooks path, an fsmonitor script...).
         protected: Vec<PathBuf>,
         /// What the host recorded before the session, to check the project against after it.
-        baseline: std::sync::Arc<super::hostscan::Baseline>,
+        baseline: std::sync::Arc<agentbox_hostfs::hostscan::Baseline>,
         /// The project is a linked worktree (or a submodule's checkout) whose repository is
         /// outside it: what of that repository is mounted, read-only.
         linked_git: Option<LinkedGit>,
@@ -717,7 +650,7 @@ impl SandboxSpec {
                             GitPiece::WorktreeConfig => etc.join(LINKED_GIT_EMPTY),
                             _ => source.clone(),
                         };
-                        m.push(bind(&source, piece.target(), true));
+                        m.push(bind(&source, git_target(*piece), true));
                     }
                 }
                 m

@@ -26,9 +26,9 @@ use std::task::{Context, Poll};
 
 use sha2::{Digest, Sha256};
 
+use super::CACHE_DIRS;
 use super::{Change, ChangeKind, Content, Entry, IsolateError, Manifest, RelPath, is_git_component};
-use crate::project::CACHE_DIRS;
-use crate::sandbox::human_bytes;
+use crate::human_bytes;
 
 /// How much is brought back: bytes of one changed file, and of all of them together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,73 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::policy::LinkedGit;
+/// What the sandbox's git reads of a linked worktree's repository. The host side decides which
+/// exist and may be mounted (`hostscan::git::linked_git`); the sandbox's policy decides where,
+/// always read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitPiece {
+    /// The common directory's: `HEAD`, `objects/`, `refs/`, `packed-refs`, `shallow`,
+    /// `reftable/`.
+    Head,
+    Objects,
+    Refs,
+    PackedRefs,
+    Shallow,
+    Reftable,
+    /// A linked worktree's own git directory (`C/worktrees/NAME`: its HEAD, index, logs).
+    Worktree,
+    /// Its `config.worktree`: hidden under an empty file, never mounted.
+    WorktreeConfig,
+    /// A submodule's index (its git directory is the common one).
+    Index,
+}
+
+/// The worktree's own directory inside, under the common one as git lays it out, so that its
+/// `commondir` (`../..`) leads there.
+const GIT_WORKTREE: &str = "worktrees/workspace";
+
+impl GitPiece {
+    /// Where it is in the git directory seen inside (as git lays a worktree's out).
+    pub fn rel(self) -> &'static str {
+        match self {
+            GitPiece::Head => "HEAD",
+            GitPiece::Objects => "objects",
+            GitPiece::Refs => "refs",
+            GitPiece::PackedRefs => "packed-refs",
+            GitPiece::Shallow => "shallow",
+            GitPiece::Reftable => "reftable",
+            GitPiece::Worktree => GIT_WORKTREE,
+            GitPiece::WorktreeConfig => "worktrees/workspace/config.worktree",
+            GitPiece::Index => "index",
+        }
+    }
+
+    pub fn is_dir(self) -> bool {
+        matches!(
+            self,
+            GitPiece::Objects | GitPiece::Refs | GitPiece::Reftable | GitPiece::Worktree
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkedGitKind {
+    /// `gitdir: C/worktrees/NAME`.
+    Worktree,
+    /// `gitdir: S/modules/NAME`: a repository of its own, kept in its superproject's.
+    Submodule,
+}
+
+/// A linked worktree's (or submodule's) repository as the sandbox gets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkedGit {
+    pub kind: LinkedGitKind,
+    /// Host paths, each mounted read-only (where: the sandbox's policy).
+    pub pieces: Vec<(GitPiece, PathBuf)>,
+    /// The config git reads inside, at `GIT_ROOT/config`: written by agentbox, never the
+    /// repository's.
+    pub config: String,
+}
 
 /// Largest config (or `.git` file, `commondir`) read; git's own are a few KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -211,7 +277,6 @@ pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>>
 }
 
 fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Result<LinkedGit, String> {
-    use crate::policy::{GitPiece, LinkedGitKind};
     no_link_on_the_way(joined, target)?;
     owned_dir(target, uid)?;
     let parent = target.parent().unwrap_or(target);
@@ -1029,7 +1094,6 @@ mod tests {
 
     #[test]
     fn a_linked_worktree_gets_what_git_reads_and_never_the_repositorys_config() {
-        use crate::policy::{GitPiece, LinkedGitKind};
         let (_d, root) = worktree();
         let wt = root.join("wt");
         let linked = linked_git(&wt, owner(&wt)).unwrap().unwrap();
@@ -1101,7 +1165,6 @@ mod tests {
 
     #[test]
     fn a_submodules_checkout_gets_its_repository() {
-        use crate::policy::{GitPiece, LinkedGitKind};
         let (_d, root) = worktree();
         git(&root.join("main"), &["submodule", "add", "-q", "./", "sub"]);
         let sub = root.join("main/sub");

@@ -25,6 +25,17 @@ use hostfs::{OpenError, Owner, open_regular};
 pub use names::RelPath;
 pub use readback::{ChangeSet, Skip, Skipped};
 
+/// Caches that tools rewrite at will: never brought back out of an isolated sandbox, and left
+/// out of the change snapshot and of what the agent lists or searches (the CLI's `project`).
+pub const CACHE_DIRS: &[&str] = &[
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".tox",
+    ".nox",
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum IsolateError {
     #[error("cannot read {path}: {source}")]
@@ -192,8 +203,8 @@ pub fn pack(
                     left_out.push(format!(
                         "{} is a symbolic link leading out of the project (to {}); it is left out of \
                          the copy (the sandbox does not have it; the project keeps it)",
-                        crate::sandbox::hostscan::quote(key.as_path()),
-                        crate::sandbox::hostscan::quote(&target)
+                        crate::hostscan::quote(key.as_path()),
+                        crate::hostscan::quote(&target)
                     ));
                     continue;
                 }
@@ -492,7 +503,7 @@ fn check<'a>(
             return Err(IsolateError::Refused(format!(
                 "{} is a link to {}, which leads outside the project ({})",
                 ch.path,
-                crate::sandbox::gitquote::quote_path(t.as_os_str().as_bytes()),
+                crate::gitquote::quote_path(t.as_os_str().as_bytes()),
                 escape_words(&e)
             )));
         }

@@ -2,7 +2,7 @@
 //!
 //! A name the sandbox made can hold any byte but `/` and NUL: newlines, tabs, quotes, escape
 //! sequences, bytes that are not UTF-8. Kept as bytes, it is written back exactly; printed, it
-//! is always quoted the way git quotes it ([`crate::sandbox::gitquote`], as the rest of agentbox prints
+//! is always quoted the way git quotes it ([`crate::gitquote`], as the rest of agentbox prints
 //! names), so it can neither break a patch nor add a line to a report.
 
 use std::ffi::OsStr;
@@ -77,21 +77,21 @@ impl RelPath {
 
     /// The path as git prints it: as is, or in double quotes with C escapes.
     pub fn quoted(&self) -> String {
-        crate::sandbox::gitquote::quote_path(&self.0)
+        crate::gitquote::quote_path(&self.0)
     }
 
     /// The path as git prints it with a prefix (`a/`, `b/`) inside the quotes.
     pub fn quoted_with(&self, prefix: &str) -> String {
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(&self.0);
-        crate::sandbox::gitquote::quote_path(&full)
+        crate::gitquote::quote_path(&full)
     }
 
     /// A directory path as the change list shows it: with a trailing `/`.
     pub fn quoted_dir(&self) -> String {
         let mut full = self.0.clone();
         full.push(b'/');
-        crate::sandbox::gitquote::quote_path(&full)
+        crate::gitquote::quote_path(&full)
     }
 }
 

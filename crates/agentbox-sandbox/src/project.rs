@@ -4,8 +4,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::super::SandboxError;
-use super::super::policy::WorkspaceSource;
+use agentbox_hostfs::hostscan::{self, Baseline, ScanBounds};
+
+use crate::SandboxError;
+use crate::policy::WorkspaceSource;
 
 /// A project directory, checked: it exists, is a directory, is not `/`, and its `.git` (if
 /// any) is not a symlink. `uid`/`gid` own it: the sandbox runs as them.
@@ -59,10 +61,10 @@ pub fn inspect_project(project: &Path) -> Result<ProjectDir, SandboxError> {
 /// could change through the link. Git metadata is mounted read-only wherever it is.
 pub fn bind_workspace(
     project: &Path,
-    bounds: &super::ScanBounds,
+    bounds: &ScanBounds,
 ) -> Result<(WorkspaceSource, u32, u32), SandboxError> {
     let dir = inspect_project(project)?;
-    let scan = super::scan(&dir.path, bounds);
+    let scan = hostscan::scan(&dir.path, bounds);
     if let Some(why) = &scan.stopped {
         // What the scan did not reach is unknown: hard links to files outside (which the
         // sandbox could write through) and git metadata (which must be mounted read-only).
@@ -91,8 +93,8 @@ pub fn bind_workspace(
             examples.join(", ")
         )));
     }
-    let protection = super::protection(&dir.path, &scan);
-    let (linked_git, warnings) = match super::git::linked_git(&dir.path, dir.uid) {
+    let protection = hostscan::protection(&dir.path, &scan);
+    let (linked_git, warnings) = match hostscan::git::linked_git(&dir.path, dir.uid) {
         None => (None, Vec::new()),
         Some(Ok(linked)) => (Some(linked), Vec::new()),
         Some(Err(why)) => (None, vec![why]),
@@ -103,7 +105,7 @@ pub fn bind_workspace(
             linked_git,
             warnings,
             protected: protection.mounts.clone(),
-            baseline: std::sync::Arc::new(super::Baseline {
+            baseline: std::sync::Arc::new(Baseline {
                 scan,
                 protection,
                 bounds: *bounds,

@@ -18,10 +18,7 @@
 //! ([`quarantine`]), where no link the sandbox left in the project can reach it.
 
 pub mod git;
-mod project;
 pub mod quarantine;
-
-pub use project::{ProjectDir, bind_workspace, inspect_project};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -640,9 +637,9 @@ impl HostGuard {
         }
     }
 
-    /// A guard that has nothing to check (unit tests of what holds guards).
-    #[cfg(test)]
-    pub fn for_test() -> HostGuard {
+    /// A guard with nothing left to check: [`HostGuard::finish`] returns `None` (for what holds
+    /// guards, e.g. the cleanup's own tests).
+    pub fn finished() -> HostGuard {
         let g = HostGuard::new(Path::new("/nonexistent"), Default::default(), "test");
         g.done.store(true, std::sync::atomic::Ordering::Relaxed);
         g
