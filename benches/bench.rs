@@ -57,7 +57,7 @@ fn row(name: &str, s: &Stats, unit: &str, note: &str) {
 
 fn config(per_call: bool) -> SandboxConfig {
     let mut cfg = SandboxConfig::from_args(&SandboxArgs {
-        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
         command_timeout: Some(120),
         memory: "2g".into(),
@@ -346,7 +346,7 @@ async fn startup(n: usize) {
                         .build(),
                 ),
                 bollard::models::ContainerCreateBody {
-                    image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+                    image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
                     cmd: Some(vec!["sleep".into(), "60".into()]),
                     labels: Some([("agentbox.session".to_string(), name.clone())].into()),
                     host_config: Some(bollard::models::HostConfig {
@@ -394,7 +394,7 @@ async fn startup(n: usize) {
                 if let Some(r) = bench_runtime() {
                     c.args(["--runtime", &r]);
                 }
-                c.args([agentbox::image::DEFAULT_IMAGE, "true"]);
+                c.args([agentbox::sandbox::image::DEFAULT_IMAGE, "true"]);
                 c
             },
             None,

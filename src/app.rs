@@ -157,11 +157,12 @@ fn report_error(err: &anyhow::Error, code: u8) -> u8 {
         "agentbox: error: {}",
         crate::output::escaped(format_args!("{err:#}"))
     );
-    if err.downcast_ref::<UsageError>().is_some() {
-        EXIT_USAGE
-    } else {
-        code
-    }
+    let usage = err.downcast_ref::<UsageError>().is_some()
+        || matches!(
+            err.downcast_ref::<crate::session::SessionError>(),
+            Some(crate::session::SessionError::Usage(_))
+        );
+    if usage { EXIT_USAGE } else { code }
 }
 
 async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {

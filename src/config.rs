@@ -25,7 +25,7 @@ pub struct SandboxConfig {
     /// The image sandboxes start from: the one given, or [`DEFAULT_IMAGE`] until a session
     /// chooses one for its project (`session::choose_image`).
     ///
-    /// [`DEFAULT_IMAGE`]: crate::image::DEFAULT_IMAGE
+    /// [`DEFAULT_IMAGE`]: crate::sandbox::image::DEFAULT_IMAGE
     pub image: String,
     /// Where the user named the image (`--image`, `AGENTBOX_IMAGE`, the config file, a task's
     /// `task.toml`); `None`: not named, so it is chosen from the project.
@@ -119,7 +119,7 @@ impl SandboxConfig {
             image: args
                 .image
                 .clone()
-                .unwrap_or_else(|| crate::image::DEFAULT_IMAGE.to_string()),
+                .unwrap_or_else(|| crate::sandbox::image::DEFAULT_IMAGE.to_string()),
             image_source: args
                 .image
                 .as_ref()
@@ -148,7 +148,8 @@ impl SandboxConfig {
         if self.command_timeout_given {
             return self.command_timeout;
         }
-        crate::image::KnownImage::by_tag(image).map_or(DEFAULT_COMMAND_TIMEOUT, |k| k.command_timeout)
+        crate::sandbox::image::KnownImage::by_tag(image)
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |k| k.command_timeout)
     }
 
     /// The spec for a sandbox with `project` copied into a fresh volume from the tar `seed`.

@@ -80,7 +80,7 @@ pub fn http_head(data: &[u8]) {
 }
 
 /// Where the body ended (bytes taken, done) or the error, over `pieces` fed in turn.
-fn feed_all(body: BodyLength, pieces: &[&[u8]]) -> Result<(usize, bool), String> {
+fn feed_all(body: BodyLength, pieces: &[&[u8]]) -> Result<(usize, bool), crate::egress::http::BadRequest> {
     let mut end = BodyEnd::new(body);
     let mut taken = 0;
     for p in pieces {

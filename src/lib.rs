@@ -22,7 +22,6 @@ pub mod fuzzing;
 /// The host's side of a sandbox: the project's scans, `--isolate`'s copy and read-back, git
 /// quoting — its own crate (`crates/agentbox-hostfs`).
 pub use agentbox_hostfs as hostfs;
-pub mod image;
 pub mod mcp;
 /// The model layer, its own crate (`crates/agentbox-model`).
 pub use agentbox_model as model;

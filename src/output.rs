@@ -455,6 +455,11 @@ impl std::io::Write for EscapedStderr {
     }
 }
 
+/// Print an image build's or pull's progress line to stderr.
+pub fn stderr_progress(line: &str) {
+    errln!("  {}", escaped(line));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,98 +5,36 @@
 //! A mismatch is a warning, not an error: the build tools decide (cargo and go refuse to build,
 //! npm and pip only warn), and the task may be the very change that lowers the requirement.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
-/// A toolchain agentbox's images carry, with its version recorded as an image label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Toolchain {
-    Python,
-    Node,
-    Rust,
-    Go,
-}
+pub use crate::sandbox::image::Toolchain;
+use crate::sandbox::image::image_labels;
+pub use crate::sandbox::image::image_toolchains;
 
-impl Toolchain {
-    pub const ALL: [Toolchain; 4] = [Toolchain::Python, Toolchain::Node, Toolchain::Rust, Toolchain::Go];
-
-    /// The image label holding its version, e.g. `org.agentbox.toolchain.rust=1.85.0`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Toolchain::Python => "org.agentbox.toolchain.python",
-            Toolchain::Node => "org.agentbox.toolchain.node",
-            Toolchain::Rust => "org.agentbox.toolchain.rust",
-            Toolchain::Go => "org.agentbox.toolchain.go",
-        }
+/// Warnings for the user where `image`'s toolchains (its labels) do not meet what the project
+/// at `project` asks for in its root manifests. Warnings, not errors: the build tools have the
+/// last word, and the task may be to change the requirement. Nothing when Docker or the
+/// manifests cannot say.
+pub async fn toolchain_warnings(image: &str, project: &Path) -> Vec<String> {
+    let root = project.to_path_buf();
+    let Ok(needs) = tokio::task::spawn_blocking(move || project_requirements(&root)).await else {
+        return Vec::new();
+    };
+    if needs.is_empty() {
+        return Vec::new();
     }
-
-    pub fn display(self) -> &'static str {
-        match self {
-            Toolchain::Python => "Python",
-            Toolchain::Node => "Node.js",
-            Toolchain::Rust => "Rust",
-            Toolchain::Go => "Go",
-        }
-    }
-
-    /// The command that prints its version (the build's probe runs it).
-    pub fn version_command(self) -> &'static str {
-        match self {
-            Toolchain::Python => "python3 --version",
-            Toolchain::Node => "node --version",
-            Toolchain::Rust => "rustc --version",
-            Toolchain::Go => "go version",
-        }
-    }
-
-    fn by_key(key: &str) -> Option<Toolchain> {
-        Toolchain::ALL.into_iter().find(|t| t.key() == key)
-    }
-
-    /// The short name in labels and the probe's output.
-    pub fn key(self) -> &'static str {
-        self.label().rsplit('.').next().unwrap_or("")
-    }
-}
-
-/// A shell script printing `KEY=OUTPUT` for each toolchain present (`rust=rustc 1.85.0 (...)`).
-pub fn probe_script() -> String {
-    let mut script = String::from(
-        "v() { command -v \"$2\" >/dev/null 2>&1 || return 0; printf '%s=%s\\n' \"$1\" \"$(\"$2\" \"$3\" 2>&1 | head -n 1)\"; }\n",
-    );
-    for t in Toolchain::ALL {
-        let mut words = t.version_command().split(' ');
-        let program = words.next().unwrap_or("");
-        let arg = words.next().unwrap_or("");
-        script.push_str(&format!("v {} {program} {arg}\n", t.key()));
-    }
-    script
-}
-
-/// The versions found in the probe's output.
-pub fn parse_probe(output: &str) -> Vec<(Toolchain, String)> {
-    output
-        .lines()
-        .filter_map(|line| {
-            let (key, text) = line.split_once('=')?;
-            let version = extract_version(text)?;
-            Some((Toolchain::by_key(key.trim())?, version))
-        })
-        .collect()
-}
-
-/// The first dotted number in `text`: `rustc 1.85.0 (...)` → `1.85.0`, `go version go1.24.4
-/// linux/amd64` → `1.24.4`, `v20.19.2` → `20.19.2`.
-pub fn extract_version(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let start = bytes.iter().position(u8::is_ascii_digit)?;
-    let end = bytes[start..]
+    let Ok(docker) = crate::sandbox::connect_docker().await else {
+        return Vec::new();
+    };
+    let Ok(Some(labels)) = image_labels(&docker, image).await else {
+        return Vec::new();
+    };
+    let have = image_toolchains(&labels);
+    needs
         .iter()
-        .position(|b| !(b.is_ascii_digit() || *b == b'.'))
-        .map_or(bytes.len(), |n| start + n);
-    let v = text[start..end].trim_end_matches('.');
-    v.contains('.').then(|| v.to_string())
+        .filter_map(|need| toolchain_mismatch(image, &have, need))
+        .collect()
 }
 
 /// What a project asks of one toolchain, as written, and where.
@@ -107,14 +45,6 @@ pub struct Requirement {
     pub spec: String,
     /// E.g. `Cargo.toml (rust-version)`.
     pub source: String,
-}
-
-/// The toolchain versions an image's labels record (none for images agentbox did not build).
-pub fn image_toolchains(labels: &HashMap<String, String>) -> Vec<(Toolchain, String)> {
-    Toolchain::ALL
-        .into_iter()
-        .filter_map(|t| labels.get(t.label()).map(|v| (t, v.clone())))
-        .collect()
 }
 
 /// A sentence for the user when `image` (whose toolchain versions are `have`) does not meet
@@ -449,30 +379,6 @@ mod tests {
 
     fn sat(v: &str, range: &str, flavour: Flavour) -> Option<bool> {
         satisfies(&Version::parse(v).unwrap(), range, flavour)
-    }
-
-    #[test]
-    fn versions_come_out_of_what_the_tools_print() {
-        assert_eq!(
-            extract_version("rustc 1.85.0 (4d91de4e4 2025-02-17) (built from a source tarball)").as_deref(),
-            Some("1.85.0")
-        );
-        assert_eq!(
-            extract_version("go version go1.24.4 linux/amd64").as_deref(),
-            Some("1.24.4")
-        );
-        assert_eq!(extract_version("v20.19.2").as_deref(), Some("20.19.2"));
-        assert_eq!(extract_version("Python 3.13.5").as_deref(), Some("3.13.5"));
-        assert_eq!(extract_version("sh: 1: node: not found"), None);
-        let probe = "python=Python 3.13.5\nrust=rustc 1.85.0 (x)\nbogus=1.2\ngo=\n";
-        assert_eq!(
-            parse_probe(probe),
-            [
-                (Toolchain::Python, "3.13.5".to_string()),
-                (Toolchain::Rust, "1.85.0".to_string())
-            ]
-        );
-        assert!(probe_script().contains("v go go version\n"));
     }
 
     #[test]

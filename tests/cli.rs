@@ -266,7 +266,7 @@ async fn gc_removes_leftovers_of_dead_processes_only() {
     // A leftover as a killed agentbox (pid that cannot be alive) would leave it.
     let name = format!("agentbox-gc-test-{}", std::process::id());
     let body = ContainerCreateBody {
-        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
         cmd: Some(vec!["sleep".into(), "300".into()]),
         labels: Some(
             [

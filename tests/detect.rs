@@ -32,13 +32,15 @@ fn project(name: &str, extra: &[(&str, &str)]) -> Project {
 
 /// The agentbox image named `name` (`rust`, `polyglot`, ...), which these tests need present.
 async fn image(name: &str) -> String {
-    let tag = agentbox::image::KnownImage::by_name(name)
+    let tag = agentbox::sandbox::image::KnownImage::by_name(name)
         .unwrap_or_else(|| panic!("this agentbox has no {name} image"))
         .tag
         .to_string();
     let docker = docker().await;
     assert!(
-        agentbox::image::image_exists(&docker, &tag).await.unwrap(),
+        agentbox::sandbox::image::image_exists(&docker, &tag)
+            .await
+            .unwrap(),
         "these tests need the image {tag}: run `just image`"
     );
     tag
@@ -591,7 +593,7 @@ async fn a_dev_container_image_is_used_only_when_present() {
     );
     let docker = docker().await;
     assert!(
-        !agentbox::image::image_exists(&docker, absent_image)
+        !agentbox::sandbox::image::image_exists(&docker, absent_image)
             .await
             .unwrap()
     );

@@ -64,7 +64,7 @@ async fn podman() -> Option<(String, Docker)> {
         .iter()
         .any(|c| c.name.starts_with("Podman"));
     assert!(is_podman, "{host} answers, but it is not Podman");
-    let image = agentbox::image::DEFAULT_IMAGE;
+    let image = agentbox::sandbox::image::DEFAULT_IMAGE;
     assert!(
         docker.inspect_image(image).await.is_ok(),
         "Podman at {host} has no {image}: `docker save {image} | podman load`"

@@ -332,7 +332,7 @@ async fn eval_over_two_engines_survives_one_dying() {
     let third_host = third_env["AGENTBOX_TEST_SECOND_HOST"].clone();
     let pidfile = third_env["AGENTBOX_TEST_SECOND_PIDFILE"].clone();
     let third = Engine::plain(&third_host).connect().await.unwrap();
-    let image = agentbox::image::DEFAULT_IMAGE;
+    let image = agentbox::sandbox::image::DEFAULT_IMAGE;
     let _ = third
         .remove_image(
             image,

@@ -43,7 +43,7 @@ async fn gvisor_sandbox(project: &Project, memory: &str, pids: i64) -> DockerSan
 
 async fn gvisor_sandbox_with(project: &Project, memory: &str, pids: i64, per_call: bool) -> DockerSandbox {
     let args = agentbox::cli::SandboxArgs {
-        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
         command_timeout: Some(60),
         memory: memory.into(),

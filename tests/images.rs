@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agentbox::image::{KNOWN, KnownImage, image_labels};
+use agentbox::sandbox::image::{KNOWN, KnownImage, image_labels};
 use agentbox::sandbox::{DockerSandbox, ExecRequest, Sandbox};
 use bollard::Docker;
 use support::*;
@@ -17,7 +17,9 @@ use support::*;
 async fn sandbox_of(project: &Project, image: &str) -> (Docker, DockerSandbox) {
     let docker = docker().await;
     assert!(
-        agentbox::image::image_exists(&docker, image).await.unwrap(),
+        agentbox::sandbox::image::image_exists(&docker, image)
+            .await
+            .unwrap(),
         "these tests need {image}: run `just image` (or `agentbox image build --all --offline`)"
     );
     let mut cfg = config();
@@ -196,7 +198,10 @@ async fn every_image_has_its_toolchain_its_user_and_caches_on_disk() {
         // The build recorded the toolchain versions as labels.
         let labels = image_labels(&docker, known.tag).await.unwrap().unwrap();
         assert_eq!(labels["org.agentbox.image"], known.name);
-        assert_eq!(labels["org.agentbox.image.suite"], agentbox::image::DEBIAN_SUITE);
+        assert_eq!(
+            labels["org.agentbox.image.suite"],
+            agentbox::sandbox::image::DEBIAN_SUITE
+        );
         let tools = agentbox::toolchain::image_toolchains(&labels);
         assert!(
             tools

@@ -28,7 +28,7 @@ fn publish(project: &Project, script: &str, extra: &[&str]) -> Published {
             "exec",
             "-i",
             "--image",
-            agentbox::image::DEFAULT_IMAGE,
+            agentbox::sandbox::image::DEFAULT_IMAGE,
             "--publish",
             "0:8000",
         ])

@@ -314,7 +314,7 @@ async fn default_setups_fail_cleanly_when_their_registry_is_not_allowed() {
         ),
     ];
     for (image, files) in cases {
-        let tag = agentbox::image::KnownImage::by_name(image).unwrap().tag;
+        let tag = agentbox::sandbox::image::KnownImage::by_name(image).unwrap().tag;
         let project = Project::new(&files);
         let run = hostile(
             &project,
@@ -848,7 +848,7 @@ impl MirrorImage {
         use bollard::query_parameters::BuildImageOptionsBuilder;
         use futures_util::StreamExt;
         let docker = docker().await;
-        let base = agentbox::image::KnownImage::by_name("rust").unwrap().tag;
+        let base = agentbox::sandbox::image::KnownImage::by_name("rust").unwrap().tag;
         let tag = format!("agentbox-test/rust-mirror:{}", std::process::id());
         let config = format!(
             "[source.crates-io]\nreplace-with = \"mirror\"\n\n[source.mirror]\nregistry = \"sparse+{index}\"\n"
@@ -1231,7 +1231,7 @@ async fn a_test_scripts_missing_programs_stop_the_run_before_the_model() {
         ),
         ("test.js", "console.log('ok')\n"),
     ]);
-    let tag = agentbox::image::KnownImage::by_name("node").unwrap().tag;
+    let tag = agentbox::sandbox::image::KnownImage::by_name("node").unwrap().tag;
     let run = hostile(
         &project,
         json!([done("never asked")]),

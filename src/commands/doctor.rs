@@ -9,9 +9,9 @@ use bollard::Docker;
 
 use crate::cli::DoctorArgs;
 use crate::config::SandboxConfig;
-use crate::image::{KNOWN, KnownImage, image_exists, image_labels, which};
 use crate::project::Ecosystem;
 use crate::sandbox::Cleanup;
+use crate::sandbox::image::{KNOWN, KnownImage, image_exists, image_labels, which};
 use crate::sandbox::{DockerSandbox, ExecRequest, Sandbox, connect_docker, docker_endpoint, gc};
 use crate::toolchain::{Toolchain, image_toolchains};
 

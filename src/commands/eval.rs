@@ -9,9 +9,10 @@ use crate::cli::{CompareArgs, EvalArgs, EvalCommand};
 use crate::config::{AgentSettings, UsageError};
 use crate::eval::{self, OutDir, ResultLog, TaskResult, engines};
 use crate::events::{StatusLine, for_terminal};
-use crate::image::{ensure_image, stderr_progress};
+use crate::output::stderr_progress;
 use crate::sandbox::Cleanup;
 use crate::sandbox::connect_docker;
+use crate::sandbox::image::ensure_image;
 
 #[derive(Default)]
 struct Progress {

@@ -69,7 +69,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     for warning in &sandbox.info().warnings {
         errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
     }
-    for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
+    for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let timeout = cfg.command_timeout_for(&cfg.image);

@@ -4,7 +4,8 @@ use std::time::Instant;
 
 use crate::cli::{ImageBuildArgs, ImageCommand};
 use crate::config::UsageError;
-use crate::image::{KNOWN, KnownImage, build_offline, build_with_docker, image_labels, stderr_progress};
+use crate::output::stderr_progress;
+use crate::sandbox::image::{KNOWN, KnownImage, build_offline, build_with_docker, image_labels};
 use crate::sandbox::{Cleanup, connect_docker, human_bytes};
 use crate::toolchain::image_toolchains;
 

@@ -33,7 +33,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
-    for warning in crate::image::toolchain_warnings(&cfg.image, &args.project).await {
+    for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let timeout = cfg.command_timeout_for(&cfg.image);

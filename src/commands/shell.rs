@@ -97,7 +97,7 @@ pub async fn interactive(
     for warning in &sandbox.info().warnings {
         errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
     }
-    for warning in crate::image::toolchain_warnings(&cfg.image, project).await {
+    for warning in crate::toolchain::toolchain_warnings(&cfg.image, project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
     let name = prompt_name(project);

@@ -47,8 +47,25 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Why a request (its head, or its body's framing) is refused: the reason the client is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadRequest(pub String);
+
+impl From<&str> for BadRequest {
+    fn from(reason: &str) -> Self {
+        BadRequest(reason.to_string())
+    }
+}
+
+impl From<String> for BadRequest {
+    fn from(reason: String) -> Self {
+        BadRequest(reason)
+    }
+}
+
 /// Parse a request head (without the final blank line).
-pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
+pub(crate) fn parse_head(head: &str) -> Result<Request, BadRequest> {
     if head
         .bytes()
         .any(|b| (b < 0x20 && b != b'\t' && b != b'\r' && b != b'\n') || b == 0x7f)
@@ -124,7 +141,7 @@ pub(crate) fn parse_head(head: &str) -> Result<Request, String> {
         };
         // `Name : value` and folded lines are read differently by different servers.
         if name.is_empty() || !name.bytes().all(is_tchar) {
-            return Err(format!("malformed header name {name:?}"));
+            return Err(format!("malformed header name {name:?}").into());
         }
         let n = name.to_ascii_lowercase();
         let v = value.trim_matches([' ', '\t']);
@@ -233,7 +250,7 @@ impl BodyEnd {
 
     /// How many bytes at the start of `input` belong to the body; once [`is_done`](Self::is_done),
     /// the rest is not the body's.
-    pub(crate) fn feed(&mut self, input: &[u8]) -> Result<usize, String> {
+    pub(crate) fn feed(&mut self, input: &[u8]) -> Result<usize, BadRequest> {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];
@@ -466,7 +483,7 @@ mod tests {
         }
     }
 
-    fn body_of(framing: BodyLength, input: &[u8]) -> Result<(usize, bool), String> {
+    fn body_of(framing: BodyLength, input: &[u8]) -> Result<(usize, bool), BadRequest> {
         let mut end = BodyEnd::new(framing);
         let n = end.feed(input)?;
         Ok((n, end.is_done()))

@@ -79,7 +79,10 @@ pub async fn prepare(
         };
         let mut ok = true;
         for image in images {
-            if crate::image::image_exists(&docker, image).await.unwrap_or(false) {
+            if crate::sandbox::image::image_exists(&docker, image)
+                .await
+                .unwrap_or(false)
+            {
                 continue;
             }
             if local.is_none() {
@@ -126,7 +129,10 @@ pub async fn prepare(
 
 /// `docker save IMAGE | DOCKER_HOST=… docker load`, through the API, streamed.
 async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), String> {
-    if !crate::image::image_exists(from, image).await.unwrap_or(false) {
+    if !crate::sandbox::image::image_exists(from, image)
+        .await
+        .unwrap_or(false)
+    {
         return Err(format!("the local engine has no {image} either"));
     }
     let tar = from.export_image(image);
@@ -140,7 +146,10 @@ async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), Strin
             return Err(e);
         }
     }
-    if crate::image::image_exists(to, image).await.unwrap_or(false) {
+    if crate::sandbox::image::image_exists(to, image)
+        .await
+        .unwrap_or(false)
+    {
         Ok(())
     } else {
         Err(format!("{image} is not there after the load"))

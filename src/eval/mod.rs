@@ -388,7 +388,10 @@ pub async fn run_task_when<G>(
     report.attempts = work.attempts;
     report.candidates = work.candidates;
     // What changed, as the host tells it (the sandbox cannot hide a rewritten test).
-    let changes = session.finish_isolated(&mut report).await;
+    let changes = session
+        .finish_isolated(&mut report)
+        .await
+        .map_err(|e| e.to_string());
     events.emit(&crate::events::Event::Finished { report: &report });
     session.close().await;
     let (changed, changes_error) = match &changes {

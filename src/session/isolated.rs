@@ -11,6 +11,7 @@ use crate::config::{IsolateSettings, SandboxConfig};
 use crate::sandbox::DockerSandbox;
 use std::io::Write;
 
+use super::SessionError;
 use crate::events::{Event, EventSink};
 use crate::hostfs::hostscan;
 use crate::hostfs::isolate::{self, Manifest};
@@ -41,9 +42,9 @@ impl Session {
     /// `--isolate`: what changed, computed on the host from the sandbox's files and what was
     /// copied in (see `isolate::readback`): listed, pruned of what is never brought back, then
     /// read from the archive API within a byte budget and a deadline.
-    pub async fn changeset(&self) -> Result<isolate::ChangeSet, String> {
+    pub async fn changeset(&self) -> Result<isolate::ChangeSet, SessionError> {
         let Some(iso) = &self.isolation else {
-            return Err("not an isolated session".into());
+            return Err(SessionError::NotIsolated);
         };
         changeset(&self.sandbox, iso, self.tool_settings.command_timeout).await
     }
@@ -55,7 +56,7 @@ impl Session {
     /// (`project::test_change`: a `#[cfg(test)]` module edited, pytest's `addopts` in
     /// `pyproject.toml`), from the host's originals and what was read back.
     /// `Err` when what changed cannot be told (then nothing is written or applied).
-    pub async fn finish_isolated(&self, report: &mut Report) -> Result<Vec<String>, String> {
+    pub async fn finish_isolated(&self, report: &mut Report) -> Result<Vec<String>, SessionError> {
         let Some(iso) = &self.isolation else {
             return Ok(Vec::new());
         };
@@ -66,7 +67,7 @@ impl Session {
                 // Never "changes: none" when what changed is not known.
                 report.diff_error = Some(format!("cannot tell what changed: {e}"));
                 if iso.settings.apply {
-                    report.apply_error = Some(e.clone());
+                    report.apply_error = Some(e.to_string());
                     report.exit_code = crate::report::exit::ERROR;
                 }
                 return Err(e);
@@ -99,7 +100,7 @@ impl Session {
             match applied {
                 Ok(a) => report.applied = Some(a.written.into_iter().chain(a.deleted).collect()),
                 Err(e) => {
-                    report.apply_error = Some(e);
+                    report.apply_error = Some(e.to_string());
                     report.exit_code = crate::report::exit::ERROR;
                 }
             }
@@ -114,13 +115,13 @@ impl Session {
         iso: &Isolation,
         set: isolate::ChangeSet,
         warnings: &mut Vec<String>,
-    ) -> Result<isolate::Applied, String> {
+    ) -> Result<isolate::Applied, SessionError> {
         let missing: Vec<String> = set.missing().iter().map(|s| s.shown()).collect();
         if !missing.is_empty() {
-            return Err(format!(
+            return Err(SessionError::Refused(format!(
                 "nothing applied: {} could not be brought back from the sandbox (see the warnings)",
                 missing.join(", ")
-            ));
+            )));
         }
         let (project, manifest) = (iso.project.clone(), iso.manifest.clone());
         let cleanup = self.cleanup.clone();
@@ -131,23 +132,22 @@ impl Session {
             // not touch it, nor make a directory a repository.
             let baseline = hostscan::Baseline::take(&project, &Default::default());
             if let Err(e) = refuse_git_changes(&project, &baseline.protection, &set.changes) {
-                return (Err(e), None);
+                return (Err(SessionError::Refused(e)), None);
             }
-            let applied = isolate::apply(&project, &manifest, &set.changes).map_err(|e| e.to_string());
+            let applied = isolate::apply(&project, &manifest, &set.changes).map_err(SessionError::from);
             // And the same check as after a bind-mounted run, should anything have slipped by.
             let check = applied
                 .is_ok()
                 .then(|| hostscan::check(&project, &baseline, &session));
             (applied, check)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         if let Some(check) = check {
             *warnings = check.warnings;
             if check.unresolved {
-                return Err(
+                return Err(SessionError::Refused(
                     "something git would run could not be moved out of the project (see the warnings)".into(),
-                );
+                ));
             }
         }
         applied
@@ -262,7 +262,7 @@ async fn write_patch(
     iso: &Isolation,
     set: isolate::ChangeSet,
     report: &mut Report,
-) -> Result<(isolate::ChangeSet, Vec<Option<(u64, u64)>>), String> {
+) -> Result<(isolate::ChangeSet, Vec<Option<(u64, u64)>>), SessionError> {
     let patch_path = iso.settings.write_patch.then(|| {
         iso.settings
             .patch
@@ -283,8 +283,7 @@ async fn write_patch(
         };
         (set, written)
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     report.diff_error = None;
     let counts = match written {
         Ok(w) => {
@@ -352,14 +351,14 @@ async fn changeset(
     sandbox: &dyn Sandbox,
     iso: &Isolation,
     command_timeout: Duration,
-) -> Result<isolate::ChangeSet, String> {
+) -> Result<isolate::ChangeSet, SessionError> {
     use isolate::readback;
     // Nothing the model left running may write while the changes are read back.
     if let Ok(Err(e)) = sandbox
         .stop_processes(None, "before the changes were read back")
         .await
     {
-        return Err(format!("cannot stop the background processes: {e}"));
+        return Err(SessionError::StopProcesses(e.to_string()));
     }
     let timeout = command_timeout.max(Duration::from_secs(60));
     let listed = sandbox
@@ -367,8 +366,7 @@ async fn changeset(
             crate::sandbox::ExecRequest::argv(readback::listing_command(), timeout)
                 .capture(readback::MAX_LISTING_BYTES, 0),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     // A partial listing (an unreadable directory) still helps; a cut one does not.
     let listing = (!listed.timed_out)
         .then(|| listed.stdout.bytes())
@@ -387,10 +385,7 @@ async fn changeset(
             tracing::debug!(status = %out.status_line(), "pruning before the read-back failed");
         }
     }
-    let reader = sandbox
-        .archive_reader(crate::sandbox::WORKSPACE)
-        .await
-        .map_err(|e| e.to_string())?;
+    let reader = sandbox.archive_reader(crate::sandbox::WORKSPACE).await?;
     let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = readback::Deadline::new(
         reader,
@@ -398,10 +393,12 @@ async fn changeset(
         fired.clone(),
     );
     let bridge = tokio_util::io::SyncIoBridge::new(reader);
-    tokio::task::spawn_blocking(move || readback::changeset_from_archive(bridge, &manifest, plan, &fired))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+    Ok(
+        tokio::task::spawn_blocking(move || {
+            readback::changeset_from_archive(bridge, &manifest, plan, &fired)
+        })
+        .await??,
+    )
 }
 
 /// `--isolate` for the faces without a model (`shell`, `mcp`): what was copied in, and at the
@@ -423,7 +420,7 @@ impl IsolatedCopy {
         cfg: &crate::config::SandboxConfig,
         project: &std::path::Path,
         patch: Option<std::path::PathBuf>,
-    ) -> anyhow::Result<(crate::sandbox::DockerSandbox, IsolatedCopy)> {
+    ) -> Result<(crate::sandbox::DockerSandbox, IsolatedCopy), SessionError> {
         let settings = IsolateSettings {
             exclude: Vec::new(),
             patch,
@@ -441,7 +438,7 @@ impl IsolatedCopy {
         sandbox: &dyn Sandbox,
         timeout: Duration,
         session: &str,
-    ) -> Result<PatchWritten, String> {
+    ) -> Result<PatchWritten, SessionError> {
         let set = changeset(sandbox, &self.0, timeout).await?;
         let mut warnings = self.0.left_out.clone();
         warnings.extend(isolate::readback::warnings(
@@ -463,9 +460,12 @@ impl IsolatedCopy {
                 out.flush()
             })
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot write the patch {}: {e}", path.display()))?;
+        .await?
+        .map_err(|source| SessionError::Io {
+            what: "write the patch",
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(PatchWritten {
             path,
             changed,
@@ -479,9 +479,13 @@ pub(super) async fn open_isolated(
     cfg: &SandboxConfig,
     project: &Path,
     iso: &crate::config::IsolateSettings,
-) -> anyhow::Result<(DockerSandbox, Isolation)> {
+) -> Result<(DockerSandbox, Isolation), SessionError> {
     let crate::sandbox::ProjectDir { uid, gid, .. } = crate::sandbox::inspect_project(project)?;
-    let root = project.canonicalize()?;
+    let root = project.canonicalize().map_err(|source| SessionError::Io {
+        what: "resolve",
+        path: project.display().to_string(),
+        source,
+    })?;
     let exclude = iso.exclude.clone();
     let dir = root.clone();
     let packed = tokio::task::spawn_blocking(move || {

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 pub mod baseline;
 pub mod before;
+mod error;
 mod isolated;
 mod open;
 pub mod preflight;
@@ -18,6 +19,7 @@ mod setup;
 pub mod setup_phase;
 pub mod trust;
 
+pub use error::SessionError;
 pub use isolated::{IsolatedCopy, PatchWritten};
 pub use open::{open_sandbox, open_spec};
 pub use setup::{ProjectPlan, choose_image, event_sinks, plan_project};

@@ -6,7 +6,8 @@ use std::path::Path;
 use bollard::Docker;
 
 use crate::config::SandboxConfig;
-use crate::image::{ensure_image, stderr_progress};
+use crate::output::stderr_progress;
+use crate::sandbox::image::ensure_image;
 use crate::sandbox::{DockerSandbox, SandboxError, SandboxSpec, connect_docker};
 
 /// Connect, make sure the image exists (building a known one if not), start a sandbox on

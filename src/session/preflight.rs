@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use crate::config::{ModelConfig, UsageError};
 use crate::events::{Event, EventSink};
-use crate::image::KnownImage;
 use crate::model::ModelError;
 use crate::project::{Ecosystem, TestCommand, program_check};
+use crate::sandbox::image::KnownImage;
 use crate::sandbox::{ExecRequest, Sandbox, SandboxError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

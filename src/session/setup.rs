@@ -6,23 +6,26 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Session, TerminalApprover, baseline, isolated, preflight, prompt};
+use super::{Session, SessionError, TerminalApprover, baseline, isolated, preflight, prompt};
 use crate::agent::AgentConfig;
 use crate::config::{AgentSettings, SandboxConfig};
 use crate::events::{Event, EventSink, Fanout, Printer, Redactor, TrajectoryWriter};
-use crate::image::{DEFAULT_IMAGE, KnownImage, image_exists};
 use crate::model::ToolChoice;
 use crate::project::{Detection, ImageChoice, TestCommand};
+use crate::sandbox::image::{DEFAULT_IMAGE, KnownImage, image_exists};
 use crate::sandbox::{DockerSandbox, Sandbox, connect_docker};
 use crate::tools::{ToolRegistry, ToolSettings};
 
 /// The progress printer, plus the trajectory file when asked for.
-pub fn event_sinks(settings: &AgentSettings) -> anyhow::Result<Arc<Fanout>> {
+pub fn event_sinks(settings: &AgentSettings) -> Result<Arc<Fanout>, SessionError> {
     let redactor = Redactor::new(settings.model.secrets());
     let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(Printer::new(redactor.clone()))];
     if let Some(path) = &settings.trajectory {
-        let writer = TrajectoryWriter::create(path, redactor)
-            .map_err(|e| anyhow::anyhow!("cannot write the trajectory {}: {e}", path.display()))?;
+        let writer = TrajectoryWriter::create(path, redactor).map_err(|source| SessionError::Io {
+            what: "write the trajectory",
+            path: path.display().to_string(),
+            source,
+        })?;
         sinks.push(Box::new(writer));
     }
     Ok(Arc::new(Fanout(sinks)))
@@ -73,7 +76,7 @@ pub async fn choose_image(cfg: &SandboxConfig, project: &Path, detection: &Detec
 }
 
 /// Detect, on the host, what `project` is; choose its image and test commands.
-pub async fn plan_project(settings: &AgentSettings, project: &Path) -> anyhow::Result<ProjectPlan> {
+pub async fn plan_project(settings: &AgentSettings, project: &Path) -> Result<ProjectPlan, SessionError> {
     let root = project.to_path_buf();
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
     let image = choose_image(&settings.sandbox, project, &detection).await;
@@ -103,7 +106,7 @@ impl Session {
         settings: &AgentSettings,
         project: &Path,
         events: Arc<Fanout>,
-    ) -> anyhow::Result<Session> {
+    ) -> Result<Session, SessionError> {
         let observer_events = events.clone();
         let on_retry: crate::model::RetryObserver = Arc::new(move |attempt, wait, reason: &str| {
             observer_events.emit(&Event::Retry {
@@ -215,7 +218,7 @@ impl Session {
                 message: "the project's AGENTS.md is part of the system prompt".into(),
             });
         }
-        for warning in crate::image::toolchain_warnings(&sandbox.info().image, project).await {
+        for warning in crate::toolchain::toolchain_warnings(&sandbox.info().image, project).await {
             events.emit(&Event::Note {
                 message: format!("WARNING: {warning}"),
             });
@@ -259,7 +262,7 @@ async fn open_session_sandbox(
     settings: &AgentSettings,
     cfg: &SandboxConfig,
     project: &Path,
-) -> anyhow::Result<(DockerSandbox, Option<isolated::Isolation>)> {
+) -> Result<(DockerSandbox, Option<isolated::Isolation>), SessionError> {
     Ok(match &settings.isolate {
         None => (super::open::open_sandbox(cfg, project).await?.1, None),
         Some(iso) => {

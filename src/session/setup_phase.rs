@@ -52,10 +52,16 @@ pub enum SetupError {
     Trust(#[from] super::trust::TrustError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Image(#[from] crate::sandbox::image::ImageError),
     #[error("--refresh-setup: the cache {0} cannot be removed: a run is using it (try again when it ends)")]
     InUse(String),
     #[error("cannot start the egress proxy: {0}")]
     Proxy(std::io::Error),
+    #[error("cannot copy the project for setup: {0}")]
+    Copy(String),
+    #[error("cannot create a scratch project: {0}")]
+    Scratch(std::io::Error),
     #[error(
         "{what} cannot run on the remote engine {endpoint}: it needs this machine's egress proxy socket \
          and a bind mount of the project, which a remote engine cannot mount (run without it, or on a \
@@ -191,7 +197,7 @@ pub async fn run(
     // says so itself when the tool is missing.
     if !prebuilds.is_empty()
         && let Ok(docker) = crate::sandbox::connect_docker().await
-        && let Ok(Some(labels)) = crate::image::image_labels(&docker, &cfg.image).await
+        && let Ok(Some(labels)) = crate::sandbox::image::image_labels(&docker, &cfg.image).await
     {
         let have = crate::toolchain::image_toolchains(&labels);
         if !have.is_empty() {
@@ -262,11 +268,11 @@ pub async fn run(
             }
         }
         let docker = crate::sandbox::connect_docker().await?;
-        crate::image::ensure_image(
+        crate::sandbox::image::ensure_image(
             &docker,
             &cfg.image,
             &cfg.cleanup,
-            &mut crate::image::stderr_progress,
+            &mut crate::output::stderr_progress,
         )
         .await?;
         let owner = crate::sandbox::inspect_project(project)?;
@@ -536,8 +542,8 @@ async fn fill(
                 })
             })
             .await
-            .map_err(|e| SandboxError::Other(format!("cannot copy the project for setup: {e}")))?
-            .map_err(|e| SandboxError::Other(format!("cannot copy the project for setup: {e}")))?;
+            .map_err(|e| SetupError::Copy(e.to_string()))?
+            .map_err(|e| SetupError::Copy(e.to_string()))?;
             let spec = setup_cfg.volume_spec(project, packed.tar.path())?;
             _seed = packed;
             spec
@@ -1138,7 +1144,7 @@ pub async fn check_registry_tls(
     let scratch = tempfile::Builder::new()
         .prefix("agentbox-doctor-tls-")
         .tempdir()
-        .map_err(|e| SandboxError::Other(format!("cannot create a scratch project: {e}")))?;
+        .map_err(SetupError::Scratch)?;
     let mut check_cfg = cfg.clone();
     check_cfg.extras = Extras {
         forwards: vec![crate::sandbox::Forward::egress(

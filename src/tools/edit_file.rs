@@ -105,7 +105,7 @@ impl Tool for EditFile {
                 args.path
             )));
         };
-        let at = find_exactly_once(&text, &args.old, &args.path).map_err(ToolError::RespondToModel)?;
+        let at = find_exactly_once(&text, &args.old, &args.path).map_err(ToolError::from)?;
         if args.old == args.new {
             return Err(ToolError::RespondToModel(
                 "`old` and `new` are the same: nothing would change. Put the corrected text in `new`.".into(),
@@ -175,7 +175,7 @@ pub fn unified_diff(path: &str, before: &str, after: &str) -> String {
 
 /// The byte offset of the one occurrence of `old`, or an error naming how many there are.
 /// Overlapping occurrences count: "aa" in "aaa" is ambiguous.
-pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, String> {
+pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, super::ToModel> {
     let mut starts = Vec::new();
     let mut from = 0;
     while let Some(i) = text[from..].find(old) {
@@ -194,10 +194,10 @@ pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, Str
             } else {
                 closest_line(text, old).unwrap_or_default()
             };
-            Err(format!(
+            Err(super::ToModel(format!(
                 "`old` was found 0 times in {path}. It must match the file exactly, including \
                  whitespace and quotes; copy it from read_file's output (without the line numbers).{hint}"
-            ))
+            )))
         }
         many => {
             let lines: Vec<String> = many
@@ -205,7 +205,7 @@ pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, Str
                 .take(10)
                 .map(|&i| (line_of(text, i)).to_string())
                 .collect();
-            Err(format!(
+            Err(super::ToModel(format!(
                 "`old` was found {} times in {path} (at lines {}); include more surrounding lines so it \
                  matches exactly once.",
                 if many.len() > 50 {
@@ -214,7 +214,7 @@ pub fn find_exactly_once(text: &str, old: &str, path: &str) -> Result<usize, Str
                     many.len().to_string()
                 },
                 lines.join(", ")
-            ))
+            )))
         }
     }
 }

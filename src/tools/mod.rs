@@ -35,6 +35,31 @@ pub enum ToolError {
     Fatal(SandboxError),
 }
 
+/// A call that cannot be done as asked, in words for the model (no sandbox failure behind it:
+/// the model can fix its call). Becomes [`ToolError::RespondToModel`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToModel(pub String);
+
+impl std::ops::Deref for ToModel {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for ToModel {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<ToModel> for ToolError {
+    fn from(e: ToModel) -> Self {
+        ToolError::RespondToModel(e.0)
+    }
+}
+
 impl From<FsError> for ToolError {
     fn from(e: FsError) -> Self {
         match e {

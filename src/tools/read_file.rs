@@ -75,8 +75,7 @@ impl Tool for ReadFile {
         }
         let text = String::from_utf8_lossy(&file.data);
         Ok(ToolOutput::text(
-            number_lines(&text, args.offset, args.limit, s.read_max_lines)
-                .map_err(ToolError::RespondToModel)?,
+            number_lines(&text, args.offset, args.limit, s.read_max_lines).map_err(ToolError::from)?,
         ))
     }
 }
@@ -87,7 +86,7 @@ pub fn number_lines(
     offset: Option<u64>,
     limit: Option<u64>,
     default_limit: usize,
-) -> Result<String, String> {
+) -> Result<String, super::ToModel> {
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len();
     if total == 0 {
@@ -95,9 +94,9 @@ pub fn number_lines(
     }
     let start = offset.unwrap_or(1).max(1) as usize;
     if start > total {
-        return Err(format!(
+        return Err(super::ToModel(format!(
             "offset {start} is past the end: the file has {total} lines"
-        ));
+        )));
     }
     let limit = limit
         .map(|l| l as usize)

@@ -24,8 +24,8 @@ pub async fn docker() -> Docker {
     let docker = connect_docker()
         .await
         .unwrap_or_else(|e| panic!("these tests need a Docker daemon: {e}"));
-    let image = agentbox::image::DEFAULT_IMAGE;
-    let present = agentbox::image::image_exists(&docker, image)
+    let image = agentbox::sandbox::image::DEFAULT_IMAGE;
+    let present = agentbox::sandbox::image::image_exists(&docker, image)
         .await
         .expect("inspect image");
     assert!(
@@ -145,7 +145,7 @@ pub fn under_gvisor() -> bool {
 
 pub fn config() -> SandboxConfig {
     let args = agentbox::cli::SandboxArgs {
-        image: Some(agentbox::image::DEFAULT_IMAGE.into()),
+        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
         image_source: None,
         command_timeout: Some(60),
         memory: "1g".into(),
@@ -286,12 +286,12 @@ pub async fn no_python_image(docker: &Docker) -> &'static str {
     use bollard::query_parameters::BuildImageOptionsBuilder;
     use futures_util::StreamExt;
     const TAG: &str = "agentbox-test/nopython:1";
-    if agentbox::image::image_exists(docker, TAG).await.unwrap() {
+    if agentbox::sandbox::image::image_exists(docker, TAG).await.unwrap() {
         return TAG;
     }
     let dockerfile = format!(
         "FROM {}\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3* && ! command -v python3\n",
-        agentbox::image::DEFAULT_IMAGE
+        agentbox::sandbox::image::DEFAULT_IMAGE
     );
     let mut tar = tar::Builder::new(Vec::new());
     let mut header = tar::Header::new_gnu();

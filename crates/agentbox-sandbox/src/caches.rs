@@ -106,7 +106,7 @@ pub async fn create(
     let chowned = async {
         let (id, reg) = create_tracked(
             docker,
-            spec,
+            &spec.cleanup,
             &seeder,
             spec.seeder_body(name, &super::flavor::info(docker).await),
             "create the cache seeding container",

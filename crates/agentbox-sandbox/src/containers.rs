@@ -8,15 +8,15 @@ use bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::SandboxError;
 use super::api::{container_error, status_of};
-use super::cleanup::{Registration, Resource};
+use super::cleanup::{Cleanup, Registration, Resource};
 use super::policy::SandboxSpec;
 
-/// Create a container of `spec`'s image named `name`, registered with the run's cleanup from the
+/// Create the container `body` describes, named `name`, registered with the run's cleanup from the
 /// moment its create request is sent (by name) and, once answered, as the container with the
 /// user cleanup tidies as: no interruption can leave it behind. A 404 means the image is missing.
-pub(super) async fn create_tracked(
+pub(crate) async fn create_tracked(
     docker: &Docker,
-    spec: &SandboxSpec,
+    cleanup: &Cleanup,
     name: &str,
     mut body: bollard::models::ContainerCreateBody,
     what: &'static str,
@@ -25,7 +25,9 @@ pub(super) async fn create_tracked(
     if super::flavor::info(docker).await.is_podman() {
         seccomp_as_file(&mut body)?;
     }
-    let registration = spec.cleanup.register(Resource::Creating {
+    let image = body.image.clone().unwrap_or_default();
+    let runtime = body.host_config.as_ref().and_then(|h| h.runtime.clone());
+    let registration = cleanup.register(Resource::Creating {
         docker: docker.clone(),
         name: name.to_string(),
         volume: false,
@@ -39,7 +41,7 @@ pub(super) async fn create_tracked(
     // Answered (no await from here on, so no cancellation in between).
     match made {
         Ok(m) => {
-            spec.cleanup.replace(
+            cleanup.replace(
                 &registration,
                 Resource::Container {
                     docker: docker.clone(),
@@ -50,10 +52,10 @@ pub(super) async fn create_tracked(
             Ok((m.id, registration))
         }
         Err(e) => {
-            spec.cleanup.release(registration);
-            Err(match (status_of(&e), &spec.runtime) {
+            cleanup.release(registration);
+            Err(match (status_of(&e), &runtime) {
                 (Some(404), _) => SandboxError::ImageMissing {
-                    image: spec.image.clone(),
+                    image,
                     detail: String::new(),
                 },
                 (Some(400), Some(runtime)) if e.to_string().to_lowercase().contains("unknown runtime") => {

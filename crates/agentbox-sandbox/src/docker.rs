@@ -150,7 +150,7 @@ async fn prepare_volume(
     let seeder_name = format!("{}-seed", spec.container_name());
     let (id, seeder) = create_tracked(
         docker,
-        spec,
+        &spec.cleanup,
         &seeder_name,
         spec.seeder_body(name, &super::flavor::info(docker).await),
         "create the seeding container",
@@ -385,8 +385,15 @@ impl DockerSandbox {
             let body = spec.create_body(main, Some(etc.dir()), &engine);
             (Some(etc), body)
         };
-        let (id, registration) =
-            create_tracked(docker, spec, &name, body, "create container", spec.user()).await?;
+        let (id, registration) = create_tracked(
+            docker,
+            &spec.cleanup,
+            &name,
+            body,
+            "create container",
+            spec.user(),
+        )
+        .await?;
         let mut registration = Some(registration);
         debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
         let events = watch_events(docker, &id);

@@ -152,7 +152,7 @@ pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<Stri
     let container = format!("{}-identity", spec.container_name());
     let (cid, registration) = super::containers::create_tracked(
         docker,
-        spec,
+        &spec.cleanup,
         &container,
         spec.identity_body(&super::flavor::info(docker).await),
         "create a container for the sandbox user's /etc entries",
@@ -344,7 +344,7 @@ async fn read_from_image(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc
     let name = format!("{}-etc", spec.container_name());
     let (id, registration) = super::containers::create_tracked(
         docker,
-        spec,
+        &spec.cleanup,
         &name,
         spec.reader_body(&super::flavor::info(docker).await),
         "create a container to read the image's /etc/passwd",

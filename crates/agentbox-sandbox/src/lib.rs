@@ -17,6 +17,7 @@ pub mod flavor;
 pub mod fsop;
 pub mod gc;
 pub mod identity;
+pub mod image;
 mod policy;
 mod project;
 pub mod publish;
@@ -301,6 +302,8 @@ pub enum SandboxError {
     /// images agentbox builds and which it pulls).
     #[error("image {image} is missing{detail}")]
     ImageMissing { image: String, detail: String },
+    #[error(transparent)]
+    Image(#[from] image::ImageError),
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
     /// `--runtime NAME` that the daemon has not registered.

@@ -299,6 +299,59 @@ fn security_opts() -> Vec<String> {
     vec!["no-new-privileges".into(), super::seccomp::security_opt()]
 }
 
+/// Processes and memory of a helper container (a volume's seeder, the `/etc` reader, an
+/// image's toolchain probe): each runs one small program (`chown`, nothing, `--version`s), so a
+/// bound far below a sandbox's costs nothing and keeps an image's odd entrypoint or a
+/// misbehaving tool from taking the machine.
+pub const HELPER_PIDS: i64 = 64;
+pub const HELPER_MEMORY: i64 = 256 << 20;
+
+/// What a helper container is: its image, user, command and labels; the rest is
+/// [`locked_down`]'s.
+pub struct Helper<'a> {
+    pub image: &'a str,
+    pub user: &'a str,
+    pub cmd: Vec<String>,
+    pub labels: HashMap<String, String>,
+    pub engine: &'a EngineInfo,
+    pub runtime: Option<String>,
+    pub max_file_bytes: i64,
+}
+
+/// The lockdown every helper container starts from, as the sandbox's own does (see
+/// `SandboxSpec::create_body`): no network, no capability, no new privileges, agentbox's
+/// seccomp profile, a read-only root, the ulimits, no log, the chosen runtime, and bounded
+/// processes and memory ([`HELPER_PIDS`], [`HELPER_MEMORY`]). A caller adds only what its job
+/// needs (a capability, a mount, a writable scratch), so a limit it lacks is a decision here,
+/// not an omission there.
+pub fn locked_down(h: Helper<'_>) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(h.image.to_string()),
+        cmd: Some(h.cmd),
+        entrypoint: Some(vec![]),
+        user: Some(h.user.to_string()),
+        labels: Some(h.labels),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(security_opts()),
+            readonly_rootfs: Some(true),
+            pids_limit: Some(HELPER_PIDS),
+            memory: Some(HELPER_MEMORY),
+            memory_swap: Some(HELPER_MEMORY),
+            ulimits: Some(ulimits(h.engine, h.max_file_bytes)),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            runtime: h.runtime,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// Open files per process.
 const NOFILE: i64 = 4096;
 
@@ -494,64 +547,41 @@ impl SandboxSpec {
     /// A short-lived root container with only CAP_CHOWN that gives the fresh volume's root to
     /// the sandbox user (the archive API cannot). It runs no project code: only `chown`.
     pub fn seeder_body(&self, volume: &str, engine: &EngineInfo) -> ContainerCreateBody {
-        ContainerCreateBody {
-            image: Some(self.image.clone()),
-            cmd: Some(vec!["chown".into(), self.user(), WORKSPACE.into()]),
-            entrypoint: Some(vec![]),
-            user: Some("0:0".into()),
-            labels: Some(self.labels()),
-            network_disabled: Some(true),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                cap_drop: Some(vec!["ALL".into()]),
-                cap_add: Some(vec!["CHOWN".into()]),
-                security_opt: Some(security_opts()),
-                readonly_rootfs: Some(true),
-                mounts: Some(vec![Mount {
-                    target: Some(WORKSPACE.to_string()),
-                    source: Some(volume.to_string()),
-                    typ: Some(MountType::VOLUME),
-                    ..Default::default()
-                }]),
-                ulimits: Some(ulimits(engine, self.limits.max_file_bytes)),
-                // The same mapping as the sandbox's, so the owner it gives is the sandbox user.
-                userns_mode: engine.userns_mode().map(String::from),
-                log_config: Some(HostConfigLogConfig {
-                    typ: Some("none".into()),
-                    config: None,
-                }),
-                runtime: self.runtime.clone(),
+        let mut body = locked_down(Helper {
+            image: &self.image,
+            user: "0:0",
+            cmd: vec!["chown".into(), self.user(), WORKSPACE.into()],
+            labels: self.labels(),
+            engine,
+            runtime: self.runtime.clone(),
+            max_file_bytes: self.limits.max_file_bytes,
+        });
+        if let Some(hc) = body.host_config.as_mut() {
+            hc.cap_add = Some(vec!["CHOWN".into()]);
+            hc.mounts = Some(vec![Mount {
+                target: Some(WORKSPACE.to_string()),
+                source: Some(volume.to_string()),
+                typ: Some(MountType::VOLUME),
                 ..Default::default()
-            }),
-            ..Default::default()
+            }]);
+            // The same mapping as the sandbox's, so the owner it gives is the sandbox user.
+            hc.userns_mode = engine.userns_mode().map(String::from);
         }
+        body
     }
 
     /// A container that is created and never started: the image's `/etc/passwd` and
     /// `/etc/group` are read out of it through the archive API (see `identity`).
     pub fn reader_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
-        ContainerCreateBody {
-            image: Some(self.image.clone()),
-            cmd: Some(vec!["true".into()]),
-            entrypoint: Some(vec![]),
-            user: Some("65534:65534".into()),
-            labels: Some(self.labels()),
-            network_disabled: Some(true),
-            host_config: Some(HostConfig {
-                network_mode: Some("none".into()),
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(security_opts()),
-                readonly_rootfs: Some(true),
-                ulimits: Some(ulimits(engine, self.limits.max_file_bytes)),
-                log_config: Some(HostConfigLogConfig {
-                    typ: Some("none".into()),
-                    config: None,
-                }),
-                runtime: self.runtime.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        locked_down(Helper {
+            image: &self.image,
+            user: "65534:65534",
+            cmd: vec!["true".into()],
+            labels: self.labels(),
+            engine,
+            runtime: self.runtime.clone(),
+            max_file_bytes: self.limits.max_file_bytes,
+        })
     }
 
     /// A container that is created and never started: the sandbox user's `/etc` files are
@@ -824,6 +854,36 @@ mod tests {
 
     fn docker() -> EngineInfo {
         EngineInfo::docker()
+    }
+
+    #[test]
+    fn every_helper_container_is_locked_down_like_the_sandbox_and_bounded() {
+        let s = spec();
+        let sandbox = s
+            .create_body(MainProcess::Executor, None, &docker())
+            .host_config
+            .unwrap();
+        for (what, body) in [
+            ("seeder", s.seeder_body("vol", &docker())),
+            ("reader", s.reader_body(&docker())),
+            ("identity", s.identity_body(&docker())),
+        ] {
+            assert_eq!(body.network_disabled, Some(true), "{what}");
+            let hc = body.host_config.unwrap();
+            assert_eq!(hc.network_mode.as_deref(), Some("none"), "{what}");
+            assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]), "{what}");
+            assert_eq!(
+                hc.security_opt, sandbox.security_opt,
+                "{what}: the sandbox's seccomp"
+            );
+            assert_eq!(hc.ulimits, sandbox.ulimits, "{what}");
+            assert_eq!(hc.pids_limit, Some(HELPER_PIDS), "{what}");
+            assert_eq!(hc.memory, Some(HELPER_MEMORY), "{what}");
+            assert_eq!(hc.memory_swap, Some(HELPER_MEMORY), "{what}: no swap");
+            assert_eq!(hc.runtime, sandbox.runtime, "{what}");
+            let caps = hc.cap_add.unwrap_or_default();
+            assert!(caps.is_empty() || caps == ["CHOWN"], "{what}: {caps:?}");
+        }
     }
 
     #[test]
