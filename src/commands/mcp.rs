@@ -242,7 +242,8 @@ async fn open_inner(
     let timeout = env.cfg.command_timeout_for(&sandbox.info().image);
     let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
         .await
-        .err();
+        .err()
+        .map(|e| e.to_string());
     Ok((
         Ready {
             sandbox,

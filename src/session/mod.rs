@@ -209,7 +209,9 @@ impl Session {
         if let Some(e) = &self.baseline_error {
             return Err(e.clone());
         }
-        baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES).await
+        baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     pub async fn report(&self, result: &LoopResult) -> Report {
