@@ -485,21 +485,10 @@ impl<'a> Repairing<'a> {
             ));
             // Sample the next candidate while the earlier ones are tested.
             let asked = sample(self.session, number, &request);
-            tokio::pin!(asked);
-            let turn = loop {
-                tokio::select! {
-                    turn = &mut asked => break Some(turn),
-                    Some(c) = validating.next() => {
-                        self.record(c, &mut judged);
-                        // This sample could not matter now: drop its request rather than wait
-                        // for a reply as long as the winner's (20-60 s for the local model).
-                        if round_over(&judged) {
-                            break None;
-                        }
-                    }
-                }
-            };
-            let Some(turn) = turn else {
+            let Some(turn) = self
+                .reply_unless_over(asked, &mut validating, &mut judged, &round_over)
+                .await
+            else {
                 self.note(format!(
                     "repair: candidate {number} not waited for: an earlier one {}",
                     if judged.iter().any(Judged::passed) {
@@ -566,6 +555,31 @@ impl<'a> Repairing<'a> {
             self.record(c, &mut judged);
         }
         judged
+    }
+
+    /// The model's reply to `asked`, with the candidates judged meanwhile recorded; `None` when
+    /// one of them ends the round (`round_over`): the reply could not matter now, and its
+    /// request is dropped rather than waited for as long as the winner's (20-60 s for the local
+    /// model).
+    async fn reply_unless_over<J: std::future::Future<Output = Judged>>(
+        &self,
+        asked: impl std::future::Future<Output = Result<Turn, ModelError>>,
+        validating: &mut FuturesUnordered<J>,
+        judged: &mut Vec<Judged>,
+        round_over: &(dyn Fn(&[Judged]) -> bool + Sync),
+    ) -> Option<Result<Turn, ModelError>> {
+        tokio::pin!(asked);
+        loop {
+            tokio::select! {
+                turn = &mut asked => return Some(turn),
+                Some(c) = validating.next() => {
+                    self.record(c, judged);
+                    if round_over(judged) {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 
     /// The round's request for candidate `number`: at `temperature`, and about the failing
