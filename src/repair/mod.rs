@@ -239,6 +239,8 @@ fn dedup(mut paths: Vec<String>) -> Vec<String> {
     paths
 }
 
+/// Localise, sample and judge candidates round after round, and keep the winner (else the
+/// best partial fix) in the session's sandbox.
 async fn repair(session: &Session, settings: &AgentSettings, project: &Path, task: &str) -> Repaired {
     let mut out = Repaired::default();
     let r = match Repairing::start(session, settings, project, task).await {
@@ -247,8 +249,9 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
     };
     let rounds = r.rounds(&mut out).await;
     r.conclude(rounds, &mut out).await;
-    // Only now (`r` goes with its validator): the kept files were wanted until they were in
-    // the session's sandbox.
+    // Only now does `r` go, and its validator's copy of the project with it: the kept files
+    // were wanted until they were in the session's sandbox.
+    drop(r);
     out
 }
 
@@ -280,6 +283,14 @@ struct Rounds {
     state: State,
     number: u32,
     model_error: Option<ModelError>,
+}
+
+/// Where a round starts, as its prompts show it (see [`Repairing::opening`]).
+struct Opening {
+    view: localise::Localised,
+    progress_note: Option<String>,
+    failing_tests: Vec<String>,
+    request: Request,
 }
 
 impl<'a> Repairing<'a> {
@@ -410,45 +421,12 @@ impl<'a> Repairing<'a> {
     /// One round's candidates, sampled one after another and judged meanwhile.
     async fn round(&self, round: u32, rounds: &mut Rounds, out: &mut Repaired) -> Vec<Judged> {
         let state = &rounds.state;
-        let view = if round == 1 {
-            self.loc
-                .with_files(&[], &self.loc.failing, self.loc.tally.clone())
-        } else {
-            self.loc
-                .with_files(&state.files, &state.failing, state.tally.clone())
-        };
-        let progress_note = match (state.from, &self.loc.tally, &state.tally) {
-            (Some(n), Some(before), Some(now)) => Some(format!(
-                "An earlier reply (candidate {n}) fixed part of it, and the files below have its fix: \
-                 {} before, {} now. Fix what is left.",
-                before.describe(),
-                now.describe()
-            )),
-            _ => None,
-        };
-        // The round's failing tests, in the output's order: candidates after the first are
-        // each about one of them (see `focus`), at temperature 0 while there are tests left to
-        // ask about, then at the retry temperature.
-        let failing_tests = view
-            .tally
-            .as_ref()
-            .filter(|t| !t.broken)
-            .map(|t| focus::in_output_order(&view.failing, &t.failing))
-            .unwrap_or_default();
-        let request = Request {
-            system: self.system.clone(),
-            messages: vec![Message::user_text(prompt::prompt(
-                self.task,
-                &view,
-                self.reply_format,
-                progress_note.as_deref(),
-                None,
-            ))],
-            tools: self.tools.clone(),
-            tool_choice: self.tool_choice,
-            temperature: Some(0.0),
-            max_tokens: self.max_tokens,
-        };
+        let Opening {
+            view,
+            progress_note,
+            failing_tests,
+            request,
+        } = self.opening(round, state);
         let mut validating = FuturesUnordered::new();
         let mut judged: Vec<Judged> = Vec::new();
         // A passing candidate ends the sampling: a later one could never win. One that makes
@@ -555,6 +533,56 @@ impl<'a> Repairing<'a> {
             self.record(c, &mut judged);
         }
         judged
+    }
+
+    /// What a round's candidates are asked from: the files as the round starts (`state`), what
+    /// the round before fixed, the failing tests, and the first candidate's request.
+    fn opening(&self, round: u32, state: &State) -> Opening {
+        let view = if round == 1 {
+            self.loc
+                .with_files(&[], &self.loc.failing, self.loc.tally.clone())
+        } else {
+            self.loc
+                .with_files(&state.files, &state.failing, state.tally.clone())
+        };
+        let progress_note = match (state.from, &self.loc.tally, &state.tally) {
+            (Some(n), Some(before), Some(now)) => Some(format!(
+                "An earlier reply (candidate {n}) fixed part of it, and the files below have its fix: \
+                 {} before, {} now. Fix what is left.",
+                before.describe(),
+                now.describe()
+            )),
+            _ => None,
+        };
+        // The round's failing tests, in the output's order: candidates after the first are
+        // each about one of them (see `focus`), at temperature 0 while there are tests left to
+        // ask about, then at the retry temperature.
+        let failing_tests = view
+            .tally
+            .as_ref()
+            .filter(|t| !t.broken)
+            .map(|t| focus::in_output_order(&view.failing, &t.failing))
+            .unwrap_or_default();
+        let request = Request {
+            system: self.system.clone(),
+            messages: vec![Message::user_text(prompt::prompt(
+                self.task,
+                &view,
+                self.reply_format,
+                progress_note.as_deref(),
+                None,
+            ))],
+            tools: self.tools.clone(),
+            tool_choice: self.tool_choice,
+            temperature: Some(0.0),
+            max_tokens: self.max_tokens,
+        };
+        Opening {
+            view,
+            progress_note,
+            failing_tests,
+            request,
+        }
     }
 
     /// The model's reply to `asked`, with the candidates judged meanwhile recorded; `None` when
