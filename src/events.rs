@@ -316,16 +316,7 @@ impl EventSink for Printer {
                 spin = Some("running the tests".into());
             }
             Event::Candidate { candidate: c } => {
-                let _ = writeln!(
-                    out,
-                    "agentbox: {}{}",
-                    c.headline(),
-                    if c.files.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" [{}]", c.files.join(", "))
-                    }
-                );
+                let _ = writeln!(out, "agentbox: {}", c.line(crate::report::LineStyle::Plain));
                 if c.verdict != crate::report::CandidateVerdict::Passed
                     && let Some(line) = c.detail.lines().rev().find(|l| !l.trim().is_empty())
                 {

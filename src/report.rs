@@ -349,6 +349,30 @@ impl CandidateReport {
         }
         s
     }
+
+    /// The [`headline`](Self::headline) with its files, as `style` writes them.
+    pub fn line(&self, style: LineStyle) -> String {
+        let (quote, before, after): (fn(&str) -> String, &str, &str) = match style {
+            LineStyle::Plain => (str::to_string, " [", "]"),
+            LineStyle::Markdown(quote) => (quote, ", ", ""),
+        };
+        let files = if self.files.is_empty() {
+            String::new()
+        } else {
+            format!("{before}{}{after}", quote(&self.files.join(", ")))
+        };
+        format!("{}{files}", quote(&self.headline()))
+    }
+}
+
+/// How a candidate's [`line`](CandidateReport::line) is written.
+#[derive(Clone, Copy)]
+pub enum LineStyle {
+    /// `headline [a.py, b.py]`: the terminal and the text report.
+    Plain,
+    /// `headline, a.py, b.py`, the headline and the files each through the function (the
+    /// eval summary's inline code, which brackets would not read well beside).
+    Markdown(fn(&str) -> String),
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -490,15 +514,7 @@ impl Report {
             s.push_str(&format!("strategy: {strategy}\n"));
         }
         for c in &self.candidates {
-            s.push_str(&format!(
-                "  {}{}\n",
-                c.headline(),
-                if c.files.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", c.files.join(", "))
-                }
-            ));
+            s.push_str(&format!("  {}\n", c.line(LineStyle::Plain)));
         }
         s.push_str(&self.render_tests());
         if !self.processes.is_empty() {

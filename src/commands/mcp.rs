@@ -206,7 +206,7 @@ async fn open(env: Environment, server: Server, published: super::publish::Publi
             let e = format!("{e:#}");
             errln!("agentbox: error: {}", crate::output::escaped(&e));
             log.send(rmcp::model::LoggingLevel::Error, format!("agentbox: {e}"));
-            server.opened(Err(e));
+            server.opened(Err(crate::mcp::NotReady(e)));
             Err(())
         }
     }
@@ -242,7 +242,8 @@ async fn open_inner(
     let timeout = env.cfg.command_timeout_for(&sandbox.info().image);
     let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
         .await
-        .err();
+        .err()
+        .map(std::sync::Arc::new);
     Ok((
         Ready {
             sandbox,

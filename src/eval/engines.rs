@@ -90,7 +90,7 @@ pub async fn prepare(
             }
             let copied = match &local {
                 Some(src) => copy_image(src, &docker, image).await,
-                None => Err("the local engine (DOCKER_HOST) does not answer".into()),
+                None => Err(CopyError::NoLocalEngine),
             };
             match copied {
                 Ok(()) => say(format!("engine {name}: {image} copied from the local engine")),
@@ -127,13 +127,28 @@ pub async fn prepare(
     slots
 }
 
+/// Why an image could not be copied to an engine.
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    #[error("the local engine (DOCKER_HOST) does not answer")]
+    NoLocalEngine,
+    #[error("the local engine has no {0} either")]
+    NotLocal(String),
+    #[error(transparent)]
+    Docker(#[from] bollard::errors::Error),
+    #[error("{0}")]
+    Load(String),
+    #[error("{0} is not there after the load")]
+    NotLoaded(String),
+}
+
 /// `docker save IMAGE | DOCKER_HOST=… docker load`, through the API, streamed.
-async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), String> {
+async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), CopyError> {
     if !crate::sandbox::image::image_exists(from, image)
         .await
         .unwrap_or(false)
     {
-        return Err(format!("the local engine has no {image} either"));
+        return Err(CopyError::NotLocal(image.to_string()));
     }
     let tar = from.export_image(image);
     let opts = bollard::query_parameters::ImportImageOptionsBuilder::default()
@@ -141,9 +156,9 @@ async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), Strin
         .build();
     let mut load = to.import_image_stream(opts, tar, None);
     while let Some(step) = load.next().await {
-        let step = step.map_err(|e| e.to_string())?;
-        if let Some(e) = step.error_detail.and_then(|d| d.message) {
-            return Err(e);
+        // The engine's own words: what the load said went wrong.
+        if let Some(e) = step?.error_detail.and_then(|d| d.message) {
+            return Err(CopyError::Load(e));
         }
     }
     if crate::sandbox::image::image_exists(to, image)
@@ -152,7 +167,7 @@ async fn copy_image(from: &Docker, to: &Docker, image: &str) -> Result<(), Strin
     {
         Ok(())
     } else {
-        Err(format!("{image} is not there after the load"))
+        Err(CopyError::NotLoaded(image.to_string()))
     }
 }
 

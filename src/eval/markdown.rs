@@ -59,13 +59,8 @@ fn task_section(r: &TaskResult) -> String {
     }
     for c in &r.candidates {
         s.push_str(&format!(
-            "- {}{}\n",
-            inline(&c.headline()),
-            if c.files.is_empty() {
-                String::new()
-            } else {
-                format!(", {}", inline(&c.files.join(", ")))
-            }
+            "- {}\n",
+            c.line(crate::report::LineStyle::Markdown(inline))
         ));
     }
     s.push_str(&format!("- final test run: {}", r.test_verdict()));

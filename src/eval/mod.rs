@@ -15,6 +15,7 @@ pub mod compare;
 pub mod engines;
 pub mod html;
 pub mod markdown;
+pub mod strategy;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -253,6 +254,12 @@ pub struct OutDir {
 impl OutDir {
     pub fn results(&self) -> PathBuf {
         self.root.join("results.jsonl")
+    }
+    pub fn summary(&self) -> PathBuf {
+        self.root.join("summary.md")
+    }
+    pub fn report(&self) -> PathBuf {
+        self.root.join("report.html")
     }
     pub fn diff(&self, task: &str) -> PathBuf {
         self.root.join("diffs").join(format!("{task}.diff"))

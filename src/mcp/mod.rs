@@ -46,7 +46,7 @@ pub struct Tools {
 pub struct Ready {
     pub sandbox: DockerSandbox,
     /// Why there is no `diff` (the baseline could not be taken), if so.
-    pub baseline_error: Option<String>,
+    pub baseline_error: Option<Arc<crate::session::baseline::BaselineError>>,
 }
 
 /// The MCP server. Cheap to clone; every clone shares the one sandbox.
@@ -55,10 +55,16 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// Why the session has no sandbox (setup failed, the engine refused), in the words the user
+/// was told on stderr; each waiting call is told the same.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
 struct Inner {
     tools: Tools,
     /// The sandbox, or why there is none (setup failed, the engine refused): calls wait for it.
-    ready: tokio::sync::SetOnce<Result<Ready, String>>,
+    ready: tokio::sync::SetOnce<Result<Ready, NotReady>>,
     /// One call at a time on the sandbox: the executor's after-command sweep would kill a
     /// concurrent one. Tokio's mutex is fair, so calls run in the order they arrived.
     turn: tokio::sync::Mutex<()>,
@@ -110,7 +116,7 @@ impl Server {
 
     /// The session's environment is ready (or failed): calls waiting for it run (or are told
     /// why not). Said once; a second word is ignored.
-    pub fn opened(&self, ready: Result<Ready, String>) {
+    pub fn opened(&self, ready: Result<Ready, NotReady>) {
         let _ = self.inner.ready.set(ready);
     }
 

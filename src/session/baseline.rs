@@ -66,28 +66,41 @@ exec git diff --cached --no-color --no-ext-diff --no-textconv --no-renames "$bas
     )
 }
 
+/// Why a baseline script did not do its work: the sandbox could not run it, or it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    #[error("{what} failed ({status}): {stderr}")]
+    Failed {
+        what: &'static str,
+        status: String,
+        stderr: String,
+    },
+}
+
 /// Run one of the scripts; its output (kept as `capture` says), or what failed, said as `what`.
 async fn run(
     sandbox: &dyn Sandbox,
     timeout: Duration,
     argv: &[&str],
     (head, tail): (usize, usize),
-    what: &str,
-) -> Result<String, String> {
+    what: &'static str,
+) -> Result<String, BaselineError> {
     let req = ExecRequest::argv(argv.iter().copied(), timeout).capture(head, tail);
-    let out = sandbox.exec(req).await.map_err(|e| e.to_string())?;
+    let out = sandbox.exec(req).await?;
     if !out.success() {
-        return Err(format!(
-            "{what} failed ({}): {}",
-            out.status_line(),
-            out.stderr.to_text().trim()
-        ));
+        return Err(BaselineError::Failed {
+            what,
+            status: out.status_line(),
+            stderr: out.stderr.to_text().trim().to_string(),
+        });
     }
     Ok(out.stdout.to_text())
 }
 
 /// Snapshot the project as it is now. An error here only costs the diff, not the run.
-pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
+pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), BaselineError> {
     run(
         sandbox,
         timeout,
@@ -100,7 +113,11 @@ pub async fn snapshot(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), St
 }
 
 /// The unified diff against the snapshot, up to `max_bytes` (then cut, and marked).
-pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) -> Result<String, String> {
+pub async fn diff(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Result<String, BaselineError> {
     run(
         sandbox,
         timeout,
@@ -112,7 +129,10 @@ pub async fn diff(sandbox: &dyn Sandbox, timeout: Duration, max_bytes: usize) ->
 }
 
 /// Files changed since the snapshot, with line counts (`None` for binary files).
-pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<Vec<ChangedFile>, String> {
+pub async fn changed_files(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+) -> Result<Vec<ChangedFile>, BaselineError> {
     let numstat = run(
         sandbox,
         timeout,
@@ -124,57 +144,78 @@ pub async fn changed_files(sandbox: &dyn Sandbox, timeout: Duration) -> Result<V
     Ok(parse_numstat(&numstat))
 }
 
+/// A tree of the project: the snapshot's (`BASELINE`) or a checkpoint's (`CHECKPOINT-NAME`),
+/// in the private git directory.
+enum Tree<'a> {
+    Baseline,
+    Checkpoint(&'a str),
+}
+
+/// Run `action` (a git command, `$tree` standing for the tree's file) with the index brought up
+/// to date with the project first; `what` names it in an error.
+async fn on_tree(
+    sandbox: &dyn Sandbox,
+    timeout: Duration,
+    tree: Tree<'_>,
+    action: &str,
+    what: &'static str,
+) -> Result<(), BaselineError> {
+    // The checkpoint's name goes in as `$1`, never into the script's text.
+    let (file, name) = match tree {
+        Tree::Baseline => ("\"$GIT_DIR/BASELINE\"", None),
+        Tree::Checkpoint(name) => ("\"$GIT_DIR/CHECKPOINT-$1\"", Some(name)),
+    };
+    let script = format!(
+        "set -e\n{env}git add -A 2>/dev/null\n{action}\n",
+        env = env_prefix(),
+        action = action.replace("$tree", file)
+    );
+    let mut argv = vec!["/bin/sh", "-c", &script];
+    if let Some(name) = name {
+        argv.extend(["sh", name]);
+    }
+    run(sandbox, timeout, &argv, (8192, 8192), what).await.map(drop)
+}
+
 /// Put the project back as it was at the snapshot (for a fresh attempt): files changed are
 /// restored, files added are removed, files deleted come back. Ignored files stay.
-pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), String> {
-    let script = format!(
-        "set -e\n{env}git add -A 2>/dev/null\ngit read-tree -u --reset \"$(cat \"$GIT_DIR/BASELINE\")\"\n",
-        env = env_prefix()
-    );
-    run(
+pub async fn reset(sandbox: &dyn Sandbox, timeout: Duration) -> Result<(), BaselineError> {
+    on_tree(
         sandbox,
         timeout,
-        &["/bin/sh", "-c", &script],
-        (8192, 8192),
+        Tree::Baseline,
+        READ_TREE,
         "resetting the project",
     )
     .await
-    .map(drop)
 }
 
 /// Record the project as it is now as checkpoint `name` (the chat's `/undo` goes back to it).
-pub async fn checkpoint(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), String> {
-    let script = format!(
-        "set -e\n{env}git add -A 2>/dev/null\ngit write-tree > \"$GIT_DIR/CHECKPOINT-$1\"\n",
-        env = env_prefix()
-    );
-    run(
+pub async fn checkpoint(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), BaselineError> {
+    on_tree(
         sandbox,
         timeout,
-        &["/bin/sh", "-c", &script, "sh", name],
-        (8192, 8192),
+        Tree::Checkpoint(name),
+        "git write-tree > $tree",
         "the checkpoint",
     )
     .await
-    .map(drop)
 }
 
 /// Put the project back as it was at checkpoint `name`, as [`reset`] does for the snapshot.
-pub async fn restore(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), String> {
-    let script = format!(
-        "set -e\n{env}git add -A 2>/dev/null\ngit read-tree -u --reset \"$(cat \"$GIT_DIR/CHECKPOINT-$1\")\"\n",
-        env = env_prefix()
-    );
-    run(
+pub async fn restore(sandbox: &dyn Sandbox, timeout: Duration, name: &str) -> Result<(), BaselineError> {
+    on_tree(
         sandbox,
         timeout,
-        &["/bin/sh", "-c", &script, "sh", name],
-        (8192, 8192),
+        Tree::Checkpoint(name),
+        READ_TREE,
         "restoring the checkpoint",
     )
     .await
-    .map(drop)
 }
+
+/// The project's files made the tree's: changed ones restored, added ones removed.
+const READ_TREE: &str = "git read-tree -u --reset \"$(cat $tree)\"";
 
 pub fn parse_numstat(text: &str) -> Vec<ChangedFile> {
     text.lines()

@@ -35,6 +35,11 @@ pub enum SessionError {
     /// Work handed to a blocking thread did not come back (it panicked).
     #[error("an internal task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Baseline(#[from] super::baseline::BaselineError),
+    /// The change snapshot at the start failed, so no diff can be told.
+    #[error(transparent)]
+    NoBaseline(std::sync::Arc<super::baseline::BaselineError>),
     #[error("not an isolated session")]
     NotIsolated,
     #[error("cannot stop the background processes: {0}")]

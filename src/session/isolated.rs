@@ -132,7 +132,7 @@ impl Session {
             // not touch it, nor make a directory a repository.
             let baseline = hostscan::Baseline::take(&project, &Default::default());
             if let Err(e) = refuse_git_changes(&project, &baseline.protection, &set.changes) {
-                return (Err(SessionError::Refused(e)), None);
+                return (Err(e), None);
             }
             let applied = isolate::apply(&project, &manifest, &set.changes).map_err(SessionError::from);
             // And the same check as after a bind-mounted run, should anything have slipped by.
@@ -203,7 +203,7 @@ fn refuse_git_changes(
     project: &std::path::Path,
     protection: &hostscan::Protection,
     changes: &[(isolate::Change, Option<isolate::Content>)],
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     use std::collections::{BTreeMap, BTreeSet};
     let mut names_after: BTreeMap<std::path::PathBuf, (BTreeSet<std::ffi::OsString>, bool)> = BTreeMap::new();
     for (ch, content) in changes {
@@ -213,12 +213,12 @@ fn refuse_git_changes(
             .iter()
             .find(|n| path.starts_with(n) || n.starts_with(path))
         {
-            return Err(format!(
+            return Err(SessionError::Refused(format!(
                 "nothing applied: {} is {} a path git on this machine runs or reads ({}); make that change yourself if you trust it",
                 ch.path,
                 if path.starts_with(named) { "in" } else { "above" },
                 hostscan::quote(named)
-            ));
+            )));
         }
         // Every directory on the way gets the name below it (a new `objects/` comes with the
         // file inside it); the changed path itself is added, or removed when deleted.
@@ -243,14 +243,14 @@ fn refuse_git_changes(
     }
     for (dir, (names, before)) in &names_after {
         if !before && hostscan::git::names_look_like_git_dir(names.iter().map(|n| n.as_os_str())) {
-            return Err(format!(
+            return Err(SessionError::Refused(format!(
                 "nothing applied: the changes would make {} look like a git repository to git on this machine",
                 if dir.as_os_str().is_empty() {
                     "the project".to_string()
                 } else {
                     hostscan::quote(dir)
                 }
-            ));
+            )));
         }
     }
     Ok(())

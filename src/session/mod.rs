@@ -46,7 +46,7 @@ pub struct Session {
     pub events: Arc<Fanout>,
     pub agent_config: AgentConfig,
     aids: crate::config::Aids,
-    baseline_error: Option<String>,
+    baseline_error: Option<std::sync::Arc<baseline::BaselineError>>,
     isolation: Option<isolated::Isolation>,
     approver: Option<TerminalApprover>,
     /// The run's cleanup owner: `--apply` runs inside its critical section.
@@ -207,11 +207,11 @@ impl Session {
     }
 
     /// The diff against the start of the session.
-    pub async fn diff(&self) -> Result<String, String> {
+    pub async fn diff(&self) -> Result<String, SessionError> {
         if let Some(e) = &self.baseline_error {
-            return Err(e.clone());
+            return Err(SessionError::NoBaseline(e.clone()));
         }
-        baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES).await
+        Ok(baseline::diff(&self.sandbox, self.tool_settings.command_timeout, MAX_DIFF_BYTES).await?)
     }
 
     pub async fn report(&self, result: &LoopResult) -> Report {
@@ -240,7 +240,7 @@ impl Session {
         } else if sandbox_alive {
             match self.diff().await {
                 Ok(d) => (Some(d), None),
-                Err(e) => (None, Some(e)),
+                Err(e) => (None, Some(e.to_string())),
             }
         } else {
             (None, Some("the sandbox is gone".into()))

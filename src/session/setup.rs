@@ -192,7 +192,8 @@ impl Session {
         let timeout = settings.sandbox.command_timeout_for(&sandbox.info().image);
         let baseline_error = baseline::snapshot(&sandbox, timeout.max(Duration::from_secs(60)))
             .await
-            .err();
+            .err()
+            .map(std::sync::Arc::new);
         let test_commands: Vec<String> = plan.tests.iter().map(|t| t.command.clone()).collect();
         let instructions = prompt::project_instructions(&sandbox).await?;
         let finish = settings.model.tool_choice == ToolChoice::Required;

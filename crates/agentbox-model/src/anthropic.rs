@@ -290,7 +290,7 @@ impl ModelClient for Anthropic {
 
     async fn complete(&self, request: &Request) -> Result<Turn, ModelError> {
         let body = request_body(&self.settings.model, request);
-        let bytes = post_json(
+        let sent = post_json(
             "anthropic",
             &self.client,
             &self.url,
@@ -299,19 +299,8 @@ impl ModelClient for Anthropic {
             &self.settings.retry,
             self.settings.on_retry.as_ref(),
         )
-        .await
-        .map_err(|e| super::hint_html(e, &self.settings.base_url, false))?;
-        parse_response(&bytes).map_err(|e| {
-            let e = if super::looks_like_html(&bytes) {
-                ModelError::BadResponse {
-                    provider: "anthropic",
-                    message: super::html_message(&bytes),
-                }
-            } else {
-                e
-            };
-            super::hint_html(e, &self.settings.base_url, false)
-        })
+        .await;
+        crate::html::read_answer("anthropic", &self.settings.base_url, false, sent, parse_response)
     }
 }
 

@@ -311,7 +311,7 @@ impl ModelClient for OpenAi {
 
     async fn complete(&self, request: &Request) -> Result<Turn, ModelError> {
         let body = request_body(&self.settings.model, request, self.official());
-        let bytes = post_json(
+        let sent = post_json(
             "openai",
             &self.client,
             &self.url,
@@ -320,19 +320,8 @@ impl ModelClient for OpenAi {
             &self.settings.retry,
             self.settings.on_retry.as_ref(),
         )
-        .await
-        .map_err(|e| super::hint_html(e, &self.settings.base_url, true))?;
-        parse_response(&bytes).map_err(|e| {
-            let e = if super::looks_like_html(&bytes) {
-                ModelError::BadResponse {
-                    provider: "openai",
-                    message: super::html_message(&bytes),
-                }
-            } else {
-                e
-            };
-            super::hint_html(e, &self.settings.base_url, true)
-        })
+        .await;
+        crate::html::read_answer("openai", &self.settings.base_url, true, sent, parse_response)
     }
 }
 

@@ -43,45 +43,100 @@ pub async fn check_endpoint(base_url: &str, timeout: Duration) -> Result<(), Mod
             .map_err(|e| fail(format!("the proxy {proxy} does not answer: {e}")))?;
         return Ok(());
     }
-    let stream = connect(&host, port, timeout).await.map_err(fail)?;
+    let stream = connect(&host, port, timeout)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
     if url.scheme() == "https" {
-        handshake(stream, &host, timeout).await.map_err(fail)?;
+        handshake(stream, &host, timeout)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
     }
     Ok(())
 }
 
-async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+/// Why the endpoint (or its proxy) took no connection.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("resolving {host} took longer than {secs}s")]
+    ResolveTimeout { host: String, secs: u64 },
+    #[error("cannot resolve {host}: {source}")]
+    Resolve { host: String, source: std::io::Error },
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+    #[error("{source} ({addr})")]
+    Refused {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("no answer from {addr} in {secs}s")]
+    NoAnswer { addr: std::net::SocketAddr, secs: u64 },
+}
+
+/// Why the TLS handshake did not complete.
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("cannot set up TLS: {0}")]
+    Setup(rustls::Error),
+    #[error("{host} is not a valid TLS server name: {source}")]
+    ServerName {
+        host: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("the TLS handshake took longer than {0}s")]
+    Timeout(u64),
+    #[error("the TLS handshake failed: {0}")]
+    Failed(std::io::Error),
+}
+
+async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, ConnectError> {
     let addrs: Vec<std::net::SocketAddr> =
         tokio::time::timeout(timeout, tokio::net::lookup_host((host, port)))
             .await
-            .map_err(|_| format!("resolving {host} took longer than {}s", timeout.as_secs()))?
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .map_err(|_| ConnectError::ResolveTimeout {
+                host: host.to_string(),
+                secs: timeout.as_secs(),
+            })?
+            .map_err(|source| ConnectError::Resolve {
+                host: host.to_string(),
+                source,
+            })?
             .collect();
-    let mut last = format!("{host} resolves to no address");
+    let mut last = ConnectError::NoAddress {
+        host: host.to_string(),
+    };
     for addr in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => return Ok(stream),
-            Ok(Err(e)) => last = format!("{e} ({addr})"),
-            Err(_) => last = format!("no answer from {addr} in {}s", timeout.as_secs()),
+            Ok(Err(source)) => last = ConnectError::Refused { addr, source },
+            Err(_) => {
+                last = ConnectError::NoAnswer {
+                    addr,
+                    secs: timeout.as_secs(),
+                }
+            }
         }
     }
     Err(last)
 }
 
-async fn handshake(stream: TcpStream, host: &str, timeout: Duration) -> Result<(), String> {
+async fn handshake(stream: TcpStream, host: &str, timeout: Duration) -> Result<(), HandshakeError> {
     use rustls_platform_verifier::BuilderVerifierExt;
     super::install_crypto_provider();
     let config = rustls::ClientConfig::builder()
         .with_platform_verifier()
-        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .map_err(HandshakeError::Setup)?
         .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from(host.to_string())
-        .map_err(|e| format!("{host} is not a valid TLS server name: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|source| {
+        HandshakeError::ServerName {
+            host: host.to_string(),
+            source,
+        }
+    })?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     tokio::time::timeout(timeout, connector.connect(name, stream))
         .await
-        .map_err(|_| format!("the TLS handshake took longer than {}s", timeout.as_secs()))?
-        .map_err(|e| format!("the TLS handshake failed: {e}"))?;
+        .map_err(|_| HandshakeError::Timeout(timeout.as_secs()))?
+        .map_err(HandshakeError::Failed)?;
     Ok(())
 }
 

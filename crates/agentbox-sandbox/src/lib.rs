@@ -362,6 +362,13 @@ pub enum SandboxError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The project could not be packed for a copy into a volume (`--isolate`, a remote
+    /// engine, repair's candidates).
+    #[error("cannot copy the project: {0}")]
+    CopyIn(#[from] agentbox_hostfs::isolate::IsolateError),
+    /// Work handed to a blocking thread did not come back (it panicked).
+    #[error("an internal task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     #[error("{0}")]
     Other(String),
 }
