@@ -8,23 +8,17 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
-use futures_util::{Stream, StreamExt};
 
 use super::catalogue::{KnownImage, build_hint};
 use super::offline::{build_offline, which};
+use super::stream::{BUILD_STALL, next_within, without_request};
 use super::toolchain::add_toolchain_labels;
 use super::{DEBIAN_SUITE, ImageError, image_exists};
 use crate::Cleanup;
-use crate::api::root_cause;
 
 /// How long a pull may go without a word from the daemon before it counts as failed: a
 /// registry that does not answer must not hang a session.
 const PULL_STALL: Duration = Duration::from_secs(30);
-/// The same for a build through Docker: its first step pulls the Debian base image, so this
-/// bounds a registry that does not answer (CI then goes offline); later steps print a line per
-/// package.
-pub(super) const BUILD_STALL: Duration = Duration::from_secs(120);
-
 /// Make sure `image` exists: an agentbox image is built through the Docker API, any other is
 /// pulled. If neither works, one error says how to get it. `progress` receives build and pull
 /// output lines (the caller decides whether they are shown).
@@ -104,40 +98,8 @@ pub async fn ensure_image(
     }
 }
 
-/// The daemon's `Get "https://REGISTRY/v2/": dial tcp: lookup ...` without the request: what
-/// went wrong is after it.
-fn without_request(message: &str) -> String {
-    match message.strip_prefix("Get \"").and_then(|m| m.split_once("\": ")) {
-        Some((_, rest)) => rest.to_string(),
-        None => message.to_string(),
-    }
-}
-
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or("")
-}
-
-/// The next item of a daemon's progress stream, or an error once it has been silent `limit`.
-pub(super) async fn next_within<S, T>(
-    stream: &mut S,
-    limit: Duration,
-    what: &'static str,
-) -> Result<Option<T>, ImageError>
-where
-    S: Stream<Item = Result<T, bollard::errors::Error>> + Unpin,
-{
-    match tokio::time::timeout(limit, stream.next()).await {
-        Ok(Some(Ok(item))) => Ok(Some(item)),
-        Ok(Some(Err(bollard::errors::Error::DockerResponseServerError { message, .. }))) => {
-            Err(ImageError::Daemon(without_request(&message)))
-        }
-        Ok(Some(Err(e))) => Err(ImageError::Daemon(root_cause(&e))),
-        Ok(None) => Ok(None),
-        Err(_) => Err(ImageError::Stalled {
-            what,
-            secs: limit.as_secs(),
-        }),
-    }
 }
 
 /// `docker pull` through the API.
@@ -192,20 +154,4 @@ pub async fn build_with_docker(
         return Err(ImageError::NotProduced("the build"));
     }
     add_toolchain_labels(docker, known, &unlabelled, cleanup).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failed_pull_says_why_without_the_request() {
-        assert_eq!(
-            without_request(
-                "Get \"https://registry.example/v2/\": dial tcp: lookup registry.example: no such host"
-            ),
-            "dial tcp: lookup registry.example: no such host"
-        );
-        assert_eq!(without_request("manifest unknown"), "manifest unknown");
-    }
 }

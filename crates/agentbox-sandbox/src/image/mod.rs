@@ -11,6 +11,7 @@ mod catalogue;
 mod debian;
 mod fetch;
 mod offline;
+mod stream;
 mod toolchain;
 
 use std::collections::HashMap;

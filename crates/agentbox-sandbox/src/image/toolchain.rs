@@ -10,7 +10,7 @@ use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
 use super::catalogue::{KnownImage, tar_of};
-use super::fetch::{BUILD_STALL, next_within};
+use super::stream::{BUILD_STALL, next_within};
 use super::{DEBIAN_SUITE, ImageError, SUITE_LABEL, image_exists};
 use crate::Cleanup;
 
