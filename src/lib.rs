@@ -23,6 +23,7 @@ pub mod fuzzing;
 /// quoting — its own crate (`crates/agentbox-hostfs`).
 pub use agentbox_hostfs as hostfs;
 pub mod mcp;
+mod messages;
 /// The model layer, its own crate (`crates/agentbox-model`).
 pub use agentbox_model as model;
 pub mod project;

@@ -693,7 +693,7 @@ async fn run_commands(
             } else {
                 out.status_line()
             };
-            let hint = if super::trust::is_certificate_failure(&output) {
+            let hint = if crate::messages::is_certificate_failure(&output) {
                 format!(
                     "\nhint: {}",
                     super::trust::certificate_hint(bundle, &settings.setup.trust)

@@ -217,26 +217,6 @@ fn write_readable(path: &Path, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether a tool's output says a TLS certificate was not trusted: pip/Python and OpenSSL,
-/// curl/cargo/git, Node, Go.
-pub fn is_certificate_failure(output: &str) -> bool {
-    const SIGNS: &[&str] = &[
-        "CERTIFICATE_VERIFY_FAILED",
-        "certificate verify failed",
-        "SSL certificate problem",
-        "self-signed certificate in certificate chain",
-        "self signed certificate in certificate chain",
-        "unable to get local issuer certificate",
-        "SELF_SIGNED_CERT_IN_CHAIN",
-        "UNABLE_TO_GET_ISSUER_CERT",
-        "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-        "x509: certificate signed by unknown authority",
-        "tls: failed to verify certificate",
-        "server certificate verification failed",
-    ];
-    SIGNS.iter().any(|s| output.contains(s))
-}
-
 /// What to tell the user when a certificate was not trusted, given what was passed.
 pub fn certificate_hint(bundle: Option<&Bundle>, settings: &TrustSettings) -> String {
     let passed = match bundle {
@@ -323,18 +303,5 @@ mod tests {
             .unwrap()
             .is_none()
         );
-    }
-
-    #[test]
-    fn certificate_failures_are_recognised() {
-        assert!(is_certificate_failure(
-            "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in certificate chain"
-        ));
-        assert!(is_certificate_failure(
-            "[60] SSL peer certificate or SSH remote key was not OK (SSL certificate problem: unable to get local issuer certificate)"
-        ));
-        assert!(!is_certificate_failure(
-            "ERROR: No matching distribution found for x"
-        ));
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 mod html;
+mod messages;
 pub mod openai;
 pub mod preflight;
 pub mod pricing;

@@ -101,12 +101,6 @@ pub fn error_message(body: &[u8]) -> String {
     }
 }
 
-/// The error message of a server that generated a reply but could not parse the model's tool
-/// call out of it (llama.cpp's server, whatever the status).
-fn unparsable_reply(message: &str) -> bool {
-    message.contains("Failed to parse tool call")
-}
-
 /// Largest successful response body read: far beyond any real reply (a turn at the token limit
 /// is a few hundred KiB), small enough that a hostile or broken server cannot make the host
 /// hold gigabytes.
@@ -192,7 +186,7 @@ pub async fn post_json(
                                     message,
                                 });
                             }
-                            _ if unparsable_reply(&message) => {
+                            _ if crate::messages::unparsable_tool_call(&message) => {
                                 return Err(ModelError::UnparsableReply { provider, message });
                             }
                             s if !retryable_status(s) => {

@@ -58,7 +58,7 @@ pub(crate) async fn create_tracked(
                     image,
                     detail: String::new(),
                 },
-                (Some(400), Some(runtime)) if e.to_string().to_lowercase().contains("unknown runtime") => {
+                (Some(400), Some(runtime)) if super::messages::UNKNOWN_RUNTIME.in_message(&e.to_string()) => {
                     SandboxError::UnknownRuntime {
                         name: runtime.clone(),
                         known: known_runtimes(docker).await,

@@ -161,7 +161,7 @@ impl Engine {
                         dir.display()
                     ),
                 },
-                None if super::api::root_cause(&e).contains("HTTPS server") => SandboxError::Engine {
+                None if super::messages::PLAIN_HTTP_TO_TLS.in_message(&super::api::root_cause(&e)) => SandboxError::Engine {
                     endpoint: self.host.clone(),
                     reason:
                         "the engine speaks TLS: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (a directory \
@@ -230,8 +230,8 @@ fn is_tls_failure(e: &bollard::errors::Error) -> bool {
         if err.downcast_ref::<rustls::Error>().is_some() {
             return true;
         }
-        let text = err.to_string().to_ascii_lowercase();
-        if text.contains("certificate") || text.contains("tls") || text.contains("handshake") {
+        let text = err.to_string();
+        if super::messages::TLS_FAILURE.iter().any(|w| w.in_message(&text)) {
             return true;
         }
         cur = err.source();

@@ -18,6 +18,7 @@ pub mod fsop;
 pub mod gc;
 pub mod identity;
 pub mod image;
+mod messages;
 mod policy;
 mod project;
 pub mod publish;
@@ -282,8 +283,9 @@ pub fn is_gvisor(runtime: &str) -> bool {
 
 /// The fix for a runtime's start failure, when the failure is a known one.
 pub fn runtime_fix(message: &str) -> Option<&'static str> {
-    let m = message.to_lowercase();
-    m.contains("root network namespace").then_some(RUNSC_FIX)
+    messages::RUNSC_ROOT_NETNS
+        .in_message(message)
+        .then_some(RUNSC_FIX)
 }
 
 #[derive(Debug, thiserror::Error)]
