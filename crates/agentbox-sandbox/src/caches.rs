@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use bollard::Docker;
 use bollard::query_parameters::ListVolumesOptionsBuilder;
 
-use super::api::{remove_container, remove_volume, status_of};
+use super::api::{remove_volume, status_of};
 use super::cleanup::{Registration, Resource};
-use super::containers::create_tracked;
+use super::containers::{Seeding, seed_volume};
 use super::{SandboxError, SandboxSpec};
 
 /// The label on every cache volume (and its commit marker); its value is the project's path.
@@ -103,37 +103,7 @@ pub async fn create(
     );
     // A fresh volume belongs to root: a container with only CAP_CHOWN gives it to the user.
     let seeder = format!("{}-cache-seed", spec.container_name());
-    let chowned = async {
-        let (id, reg) = create_tracked(
-            docker,
-            &spec.cleanup,
-            &seeder,
-            spec.seeder_body(name, &super::flavor::info(docker).await),
-            "create the cache seeding container",
-            "0:0".into(),
-        )
-        .await?;
-        let result = async {
-            docker
-                .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| SandboxError::docker("start the cache seeding container", e))?;
-            use futures_util::StreamExt;
-            let mut wait =
-                docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
-            match wait.next().await {
-                Some(Ok(r)) if r.status_code == 0 => Ok(()),
-                other => Err(SandboxError::Other(format!(
-                    "preparing the cache volume failed: {other:?}"
-                ))),
-            }
-        }
-        .await;
-        remove_container(docker, &id).await;
-        spec.cleanup.release(reg);
-        result
-    }
-    .await;
+    let chowned = seed_volume(docker, spec, name, &seeder, Seeding::Cache).await;
     if let Err(e) = chowned {
         remove_volume(docker, name).await;
         spec.cleanup.release(registration);

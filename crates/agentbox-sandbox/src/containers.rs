@@ -70,6 +70,82 @@ pub(crate) async fn create_tracked(
     }
 }
 
+/// What a seeder fills: the session's project volume (its tar uploaded first) or a fresh
+/// dependency cache (only given to the sandbox user).
+pub(crate) enum Seeding<'a> {
+    Project { archive: &'a std::path::Path },
+    Cache,
+}
+
+impl Seeding<'_> {
+    fn container(&self) -> &'static str {
+        match self {
+            Seeding::Project { .. } => "the seeding container",
+            Seeding::Cache => "the cache seeding container",
+        }
+    }
+}
+
+/// Give the fresh volume `volume` to the sandbox user, and for a project fill it first: a
+/// seeder (`SandboxSpec::seeder_body`: root with only CAP_CHOWN, running `chown` and nothing
+/// else) created tracked, the project's tar uploaded into it through the archive API, started,
+/// waited for, and removed whatever happened.
+pub(crate) async fn seed_volume(
+    docker: &Docker,
+    spec: &SandboxSpec,
+    volume: &str,
+    name: &str,
+    seeding: Seeding<'_>,
+) -> Result<(), SandboxError> {
+    use futures_util::StreamExt;
+    let what = seeding.container();
+    let (id, seeder) = create_tracked(
+        docker,
+        &spec.cleanup,
+        name,
+        spec.seeder_body(volume, &super::flavor::info(docker).await),
+        match seeding {
+            Seeding::Project { .. } => "create the seeding container",
+            Seeding::Cache => "create the cache seeding container",
+        },
+        "0:0".into(),
+    )
+    .await?;
+    let result = async {
+        if let Seeding::Project { archive } = seeding {
+            let file = tokio::fs::File::open(archive)
+                .await
+                .map_err(|e| SandboxError::Other(format!("cannot read the project archive: {e}")))?;
+            let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+            let opts = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+                .path(super::WORKSPACE)
+                .build();
+            docker
+                .upload_to_container(&id, Some(opts), body)
+                .await
+                .map_err(|e| SandboxError::docker("copy the project into the sandbox", e))?;
+        }
+        docker
+            .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| start_error(spec, &id, &format!("start {what}"), e))?;
+        let mut wait = docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+        match wait.next().await {
+            Some(Ok(r)) if r.status_code == 0 => Ok(()),
+            Some(Ok(r)) => Err(SandboxError::Other(format!(
+                "preparing the volume failed ({what} ended with status {})",
+                r.status_code
+            ))),
+            Some(Err(e)) => Err(SandboxError::docker(format!("wait for {what}"), e)),
+            None => Err(SandboxError::Other(format!("{what} vanished"))),
+        }
+    }
+    .await;
+    super::api::remove_container(docker, &id).await;
+    spec.cleanup.release(seeder);
+    result
+}
+
 /// The runtimes the daemon knows, for an error that names what to pick instead.
 async fn known_runtimes(docker: &Docker) -> String {
     match docker.info().await {
