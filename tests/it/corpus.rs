@@ -13,7 +13,7 @@
 //! the shapes real projects come in: a flat module, a src layout, a C extension, test extras,
 //! dependency groups, test requirement files, runtime dependencies, every common build backend,
 //! a crate with dev-dependencies and one without a lockfile. Each test prints one row of the
-//! corpus table (`cargo test --test corpus -- --nocapture`).
+//! corpus table (`cargo test --test it -- corpus:: --nocapture`).
 #![allow(
     clippy::disallowed_macros,
     clippy::disallowed_methods,

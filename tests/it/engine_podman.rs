@@ -5,7 +5,7 @@
 //! `unix:///run/agentbox-ci-podman/podman.sock`, which `.ci/run` starts with the python image
 //! loaded). Without it, or if it does not answer, the tests say so loudly and pass, unless
 //! `AGENTBOX_REQUIRE_ENGINES=1`, when they fail. The hostile suite runs against Podman too:
-//! `DOCKER_HOST=... cargo test --test hostile` (see `.ci/run`).
+//! `DOCKER_HOST=... cargo test --test it -- hostile::` (see `.ci/run`).
 #![allow(
     clippy::disallowed_macros,
     clippy::disallowed_methods,
