@@ -33,6 +33,7 @@ mod isolate;
 mod mcp;
 mod processes;
 mod publish;
+mod render;
 mod repair;
 mod sandbox;
 mod setup;
