@@ -33,8 +33,8 @@ test: (image "debug")
 # Scenarios where gVisor behaves differently say so in the tests (README, "gVisor").
 # The hostile suites again, every sandbox under gVisor (runsc registered: scripts/ci-runsc).
 test-gvisor: (image "debug")
-    AGENTBOX_TEST_RUNTIME=runsc cargo test --locked --test hostile --test hostile_git \
-        --test hostile_isolate --test hostile_kernel
+    AGENTBOX_TEST_RUNTIME=runsc cargo test --locked --test it -- hostile:: hostile_git:: \
+        hostile_isolate:: hostile_kernel::
 
 # Speed and memory, side by side with `docker exec` and a host process (a few minutes).
 bench: (image "debug")

@@ -11,7 +11,7 @@
 //! `bool` or a `&'static str` (agentbox's own literal). A `String`, a path, an error or a
 //! borrowed `&str` does not compile until it is escaped (`escaped(&e)`); a name captured inside
 //! the literal (`"{warning}"`) does not compile either, since it would bypass the check.
-//! `tests/terminal_compile.rs` proves both. Direct `std::io::stdout()`/`stderr()` and
+//! `tests/it/terminal_compile.rs` proves both. Direct `std::io::stdout()`/`stderr()` and
 //! `println!`-style macros are refused by clippy (`clippy.toml`) outside the few places that
 //! hand the sandbox a terminal on purpose (`shell`, `exec -it`).
 //!

@@ -2,7 +2,7 @@
 
     python client.py AGENTBOX_BINARY PROJECT [extra agentbox args...]
 
-Prints one JSON object: what each step returned. The Rust test (tests/mcp.rs) judges it.
+Prints one JSON object: what each step returned. The Rust test (tests/it/mcp.rs) judges it.
 """
 import asyncio
 import json

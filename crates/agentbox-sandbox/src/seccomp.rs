@@ -30,7 +30,7 @@
 //! and the calls that must stay refused. To learn what another toolchain needs, run it under
 //! this profile with `SCMP_ACT_LOG` as the default action: the kernel log then names each call
 //! the profile would have refused (`audit: type=1326 ... syscall=N`). Done for the image's tools
-//! and for the integration suites (`tests/sandbox.rs`, `tests/hostile.rs`), it named none.
+//! and for the integration suites (`tests/it/sandbox.rs`, `tests/it/hostile.rs`), it named none.
 //! `agentbox doctor` starts a real sandbox and checks from inside that the filter is on, that
 //! the tools run, and that a vsock socket and an io_uring cannot be created.
 //!
