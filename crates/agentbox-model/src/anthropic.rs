@@ -132,7 +132,7 @@ enum WireContent<'a> {
 
 /// The request body. Cache breakpoints on the tool definitions, the system prompt and the
 /// newest message: an agent resends the whole conversation every step.
-pub fn request_body<'a>(model: &'a str, req: &'a Request) -> Body<'a> {
+pub(crate) fn request_body<'a>(model: &'a str, req: &'a Request) -> Body<'a> {
     let mut tools: Vec<WireTool> = req
         .tools
         .iter()

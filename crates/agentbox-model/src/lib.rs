@@ -118,7 +118,7 @@ impl ToolArgs {
     }
 
     /// The arguments as an object, for wire formats that carry one (invalid ones become `{}`).
-    pub fn to_object(&self) -> Value {
+    pub(crate) fn to_object(&self) -> Value {
         match self {
             ToolArgs::Json(v @ Value::Object(_)) => v.clone(),
             _ => Value::Object(Default::default()),
@@ -283,7 +283,7 @@ pub enum ModelError {
 }
 
 /// Why a response body could not be read: not JSON at all, or JSON of the wrong shape.
-pub fn body_error(what: &str, e: &serde_json::Error) -> String {
+pub(crate) fn body_error(what: &str, e: &serde_json::Error) -> String {
     match e.classify() {
         serde_json::error::Category::Data => format!("not {what} ({e})"),
         _ => format!("invalid JSON ({e})"),

@@ -121,7 +121,7 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
-pub fn request_body<'a>(model: &'a str, req: &'a Request, official: bool) -> Body<'a> {
+pub(crate) fn request_body<'a>(model: &'a str, req: &'a Request, official: bool) -> Body<'a> {
     let mut messages = vec![WireMessage::System { content: &req.system }];
     for m in &req.messages {
         match m.role {

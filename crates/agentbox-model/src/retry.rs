@@ -41,7 +41,7 @@ impl RetryPolicy {
 }
 
 /// Statuses worth retrying: rate limits, server errors, Anthropic's 529 "overloaded".
-pub fn retryable_status(status: u16) -> bool {
+pub(crate) fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529)
 }
 
@@ -104,7 +104,7 @@ pub fn error_message(body: &[u8]) -> String {
 /// Largest successful response body read: far beyond any real reply (a turn at the token limit
 /// is a few hundred KiB), small enough that a hostile or broken server cannot make the host
 /// hold gigabytes.
-pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 16 << 20;
 
 /// How much of an error response is read: its message is all that is used.
 const MAX_ERROR_BYTES: usize = 64 << 10;
@@ -141,7 +141,7 @@ async fn read_body(mut resp: reqwest::Response, limit: usize) -> Result<Body, re
 }
 
 /// POST `body` to `url`, retrying per `policy`; returns the successful response's body.
-pub async fn post_json(
+pub(crate) async fn post_json(
     provider: &'static str,
     client: &reqwest::Client,
     url: &str,

@@ -22,7 +22,7 @@ use super::{Block, ModelClient, ModelError, Request, StopReason, ToolArgs, ToolC
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScriptTurn {
+pub(crate) struct ScriptTurn {
     #[serde(default)]
     pub text: Option<String>,
     #[serde(default)]
@@ -34,7 +34,7 @@ pub struct ScriptTurn {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ScriptCall {
+pub(crate) struct ScriptCall {
     pub name: String,
     #[serde(default)]
     pub arguments: Option<Value>,

@@ -21,7 +21,7 @@ impl<M: ModelClient> TextProtocol<M> {
 }
 
 /// Appended to the system prompt.
-pub fn tool_prompt(req: &Request) -> String {
+pub(crate) fn tool_prompt(req: &Request) -> String {
     let mut s = String::from(
         "\n\n# Tools\nYou act by calling tools. To call one, write a line that starts with `tool:` \
          followed by the tool's name and its arguments as one JSON object in parentheses:\n\n\

@@ -122,7 +122,7 @@ impl Cleanup {
         self.inner.resources.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn register(&self, resource: Resource) -> Registration {
+    pub(crate) fn register(&self, resource: Resource) -> Registration {
         if matches!(resource, Resource::Creating { .. }) {
             self.inner.created_any.store(true, Ordering::Relaxed);
         }

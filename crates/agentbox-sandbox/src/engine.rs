@@ -19,7 +19,7 @@ use bollard::{API_DEFAULT_VERSION, Docker};
 use super::SandboxError;
 
 /// The default endpoint, as the docker CLI has it on Linux.
-pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+pub(crate) const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
 /// Seconds bollard waits for a response's headers (its own default).
 const CLIENT_TIMEOUT: u64 = 120;

@@ -18,7 +18,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::{Captured, ExecOutput, ExecRequest, SandboxError};
 
-pub const SOURCE: &str = include_str!("executor.py");
+pub(crate) const SOURCE: &str = include_str!("executor.py");
 
 /// What the container runs: the file-operation statuses (see `fsop`), then the executor.
 pub fn source() -> String {
@@ -31,7 +31,7 @@ const MAX_FRAME: usize = 160 << 20;
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
-pub struct Executor {
+pub(crate) struct Executor {
     input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Output,
     buf: BytesMut,
@@ -123,7 +123,7 @@ impl JobWire {
 
 /// A request about background processes (see `job_request` in executor.py).
 #[derive(Debug, Serialize)]
-pub struct JobFrame<'a> {
+pub(crate) struct JobFrame<'a> {
     pub op: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_id: Option<&'a str>,
@@ -174,7 +174,7 @@ impl Executor {
     /// Take over the attach connection of a container whose main process is the executor,
     /// and wait for its hello. `None` when it never says hello: the image has no python3 (the
     /// boot script says so and exits), or the executor could not start.
-    pub async fn from_attach(attach: bollard::container::AttachContainerResults) -> Option<Executor> {
+    pub(crate) async fn from_attach(attach: bollard::container::AttachContainerResults) -> Option<Executor> {
         let mut ex = Executor {
             input: attach.input,
             output: attach.output,

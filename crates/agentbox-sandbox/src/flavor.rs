@@ -128,14 +128,14 @@ impl EngineInfo {
 
     /// The tmpfs option that gives a mount to the sandbox user: Docker takes `uid=`/`gid=`;
     /// Podman refuses them and takes `U` (chown to the container's user).
-    pub fn tmpfs_owner(&self, uid: u32, gid: u32) -> String {
+    pub(crate) fn tmpfs_owner(&self, uid: u32, gid: u32) -> String {
         match self.kind {
             EngineKind::Docker => format!("uid={uid},gid={gid}"),
             EngineKind::Podman => "U".into(),
         }
     }
 
-    pub fn nproc_limit(&self) -> i64 {
+    pub(crate) fn nproc_limit(&self) -> i64 {
         match self.kind {
             EngineKind::Docker => NPROC_DOCKER,
             EngineKind::Podman => NPROC_PODMAN,
@@ -153,13 +153,13 @@ impl EngineInfo {
     /// policy's "non-root uid". `keep-id` maps the user's uid to itself (measured: Podman
     /// 4.3.1's compatible API takes it as `HostConfig.UsernsMode`), so both hold: a non-root
     /// uid inside, the user's own uid on the host.
-    pub fn userns_mode(&self) -> Option<&'static str> {
+    pub(crate) fn userns_mode(&self) -> Option<&'static str> {
         (self.rootless && self.is_podman()).then_some("keep-id")
     }
 
     /// Rootless: the only host uid the sandbox can write as is the engine's own, so the project
     /// must belong to it. `Err` names both uids.
-    pub fn check_owner(&self, project_uid: u32) -> Result<(), SandboxError> {
+    pub(crate) fn check_owner(&self, project_uid: u32) -> Result<(), SandboxError> {
         match self.owner_uid {
             Some(owner) if self.rootless && owner != project_uid => Err(SandboxError::Other(format!(
                 "the engine is rootless {} running as uid {owner}, and the project belongs to uid \

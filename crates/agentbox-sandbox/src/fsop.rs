@@ -70,7 +70,7 @@ pub fn shell_preamble() -> String {
 }
 
 /// `E_NOT_FOUND = 92` lines, put before the executor's source.
-pub fn python_preamble() -> String {
+pub(crate) fn python_preamble() -> String {
     FsStatus::ALL
         .iter()
         .map(|s| format!("{} = {}\n", s.name(), s.code()))

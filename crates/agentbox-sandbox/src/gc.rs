@@ -53,7 +53,7 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
 }
 
 /// Remove every container and volume labelled with this process's pid and host.
-pub async fn remove_owned_by_this_process(docker: &Docker) -> Result<GcReport, SandboxError> {
+pub(crate) async fn remove_owned_by_this_process(docker: &Docker) -> Result<GcReport, SandboxError> {
     let mine = vec![
         format!("{PID_LABEL}={}", std::process::id()),
         format!("{HOST_LABEL}={}", hostname()),

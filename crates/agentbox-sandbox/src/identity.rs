@@ -33,12 +33,12 @@ fn running_as_root() -> bool {
 }
 
 /// Name of the entry made for the sandbox user (when the image has none for its uid).
-pub const USER_NAME: &str = "agentbox";
+pub(crate) const USER_NAME: &str = "agentbox";
 
 /// The two files, on the host, for as long as the container may start; and for a linked
 /// worktree, the `.git` file, config and empty file agentbox writes for it (see
 /// `hostscan::git::LinkedGit`).
-pub struct EtcFiles {
+pub(crate) struct EtcFiles {
     dir: tempfile::TempDir,
 }
 
@@ -54,7 +54,7 @@ type ImageEtc = (String, String);
 static IMAGE_ETC: Mutex<Option<HashMap<String, ImageEtc>>> = Mutex::new(None);
 
 /// Write the sandbox's `/etc/passwd` and `/etc/group` into a fresh host directory.
-pub async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, SandboxError> {
+pub(crate) async fn etc_files(docker: &Docker, spec: &SandboxSpec) -> Result<EtcFiles, SandboxError> {
     let (passwd, group) = image_etc(docker, spec).await?;
     let (passwd, group) = with_user(&passwd, &group, spec.uid, spec.gid);
     let dir = tempfile::Builder::new()
@@ -128,14 +128,14 @@ fn write_linked_git(dir: &Path, linked: &LinkedGit, spec: &SandboxSpec) -> std::
 }
 
 /// Repository of the images [`image_with_user`] makes.
-pub const IDENTITY_REPO: &str = "agentbox-identity";
+pub(crate) const IDENTITY_REPO: &str = "agentbox-identity";
 
 /// One commit at a time: parallel eval tasks on one engine would all make the same image.
 static COMMITTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The spec's image with its `/etc/passwd` and `/etc/group` holding the sandbox user, for an
 /// engine that cannot bind-mount them: made once per engine, image and uid:gid, then reused.
-pub async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<String, SandboxError> {
+pub(crate) async fn image_with_user(docker: &Docker, spec: &SandboxSpec) -> Result<String, SandboxError> {
     let (passwd, group) = image_etc(docker, spec).await?;
     let (passwd, group) = with_user(&passwd, &group, spec.uid, spec.gid);
     let id = image_id(docker, &spec.image).await?;
@@ -383,7 +383,7 @@ async fn read_file(docker: &Docker, id: &str, path: &str) -> Option<String> {
 
 /// The image's `passwd` and `group` with an entry for `uid` and `gid` added where the image has
 /// none (an existing entry for them stays as the image made it).
-pub fn with_user(passwd: &str, group: &str, uid: u32, gid: u32) -> (String, String) {
+pub(crate) fn with_user(passwd: &str, group: &str, uid: u32, gid: u32) -> (String, String) {
     let mut passwd = terminated(passwd);
     let mut group = terminated(group);
     if !has_id(&passwd, uid) {

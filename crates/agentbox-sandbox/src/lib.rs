@@ -7,22 +7,22 @@
 pub(crate) mod api;
 pub mod caches;
 mod capture;
-pub mod cleanup;
+mod cleanup;
 mod connect;
 mod containers;
 mod docker;
 pub mod engine;
 pub(crate) mod executor;
-pub mod flavor;
+mod flavor;
 pub mod fsop;
 pub mod gc;
-pub mod identity;
+mod identity;
 pub mod image;
 mod messages;
 mod policy;
 mod project;
 pub mod publish;
-pub mod seccomp;
+mod seccomp;
 pub mod tty;
 
 use std::time::Duration;
@@ -47,11 +47,11 @@ pub use project::{ProjectDir, bind_workspace, inspect_project};
 pub const WORKSPACE: &str = "/workspace";
 
 /// Label put on every container and volume agentbox creates; `agentbox gc` sweeps by it.
-pub const SESSION_LABEL: &str = "agentbox.session";
+pub(crate) const SESSION_LABEL: &str = "agentbox.session";
 /// Label holding the host PID of the agentbox process that owns the container.
-pub const PID_LABEL: &str = "agentbox.pid";
+pub(crate) const PID_LABEL: &str = "agentbox.pid";
 /// Label holding the name of the host that process runs on.
-pub const HOST_LABEL: &str = "agentbox.host";
+pub(crate) const HOST_LABEL: &str = "agentbox.host";
 
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
@@ -282,7 +282,7 @@ pub fn is_gvisor(runtime: &str) -> bool {
 }
 
 /// The fix for a runtime's start failure, when the failure is a known one.
-pub fn runtime_fix(message: &str) -> Option<&'static str> {
+pub(crate) fn runtime_fix(message: &str) -> Option<&'static str> {
     messages::RUNSC_ROOT_NETNS
         .in_message(message)
         .then_some(RUNSC_FIX)
@@ -463,7 +463,7 @@ pub trait Sandbox: Send + Sync {
 }
 
 /// Why a sandbox without the executor has no background processes.
-pub const NO_BACKGROUND: &str = "background processes need the sandbox's command runner, and this \
+pub(crate) const NO_BACKGROUND: &str = "background processes need the sandbox's command runner, and this \
      sandbox runs one docker exec per command (an image without python3, or --per-call-exec)";
 
 #[cfg(test)]

@@ -182,11 +182,11 @@ pub struct MemoryBudget {
 }
 
 /// The least memory kept for processes: the executor (~15 MiB), the harness's git, a shell.
-pub const MIN_RESERVE: i64 = 64 << 20;
+pub(crate) const MIN_RESERVE: i64 = 64 << 20;
 /// The smallest `--memory` that leaves room for anything besides the reserve.
 pub const MIN_MEMORY: i64 = 128 << 20;
 /// `/tmp` when `--tmp-size` is `auto` and the memory limit allows it.
-pub const DEFAULT_TMP: i64 = 512 << 20;
+pub(crate) const DEFAULT_TMP: i64 = 512 << 20;
 
 const MIB: i64 = 1 << 20;
 
@@ -303,12 +303,12 @@ fn security_opts() -> Vec<String> {
 /// image's toolchain probe): each runs one small program (`chown`, nothing, `--version`s), so a
 /// bound far below a sandbox's costs nothing and keeps an image's odd entrypoint or a
 /// misbehaving tool from taking the machine.
-pub const HELPER_PIDS: i64 = 64;
-pub const HELPER_MEMORY: i64 = 256 << 20;
+pub(crate) const HELPER_PIDS: i64 = 64;
+pub(crate) const HELPER_MEMORY: i64 = 256 << 20;
 
 /// What a helper container is: its image, user, command and labels; the rest is
 /// [`locked_down`]'s.
-pub struct Helper<'a> {
+pub(crate) struct Helper<'a> {
     pub image: &'a str,
     pub user: &'a str,
     pub cmd: Vec<String>,
@@ -324,7 +324,7 @@ pub struct Helper<'a> {
 /// processes and memory ([`HELPER_PIDS`], [`HELPER_MEMORY`]). A caller adds only what its job
 /// needs (a capability, a mount, a writable scratch), so a limit it lacks is a decision here,
 /// not an omission there.
-pub fn locked_down(h: Helper<'_>) -> ContainerCreateBody {
+pub(crate) fn locked_down(h: Helper<'_>) -> ContainerCreateBody {
     ContainerCreateBody {
         image: Some(h.image.to_string()),
         cmd: Some(h.cmd),
@@ -388,12 +388,12 @@ pub const GIT_ROOT: &str = "/run/agentbox-git";
 /// directory seen as [`GIT_ROOT`], holding the config and an empty mount point for each piece.
 /// git refuses a git directory that is not the user's own ("dubious ownership"), so
 /// [`GIT_ROOT`] cannot be a directory Docker makes (root's).
-pub const LINKED_GIT_FILE: &str = "git-file";
-pub const LINKED_GIT_EMPTY: &str = "git-empty";
-pub const LINKED_GIT_ROOT: &str = "git-root";
+pub(crate) const LINKED_GIT_FILE: &str = "git-file";
+pub(crate) const LINKED_GIT_EMPTY: &str = "git-empty";
+pub(crate) const LINKED_GIT_ROOT: &str = "git-root";
 
 /// Where a piece of a linked worktree's repository is mounted inside.
-pub fn git_target(piece: GitPiece) -> String {
+pub(crate) fn git_target(piece: GitPiece) -> String {
     format!("{GIT_ROOT}/{}", piece.rel())
 }
 
@@ -456,7 +456,7 @@ pub struct SandboxSpec {
 impl SandboxSpec {
     /// The uid the keep-alive process runs as: not the sandbox user's, so the sandbox user's
     /// `kill -9 -1` (ours after every command, or the model's) cannot end the container.
-    pub fn keepalive_uid(&self) -> u32 {
+    pub(crate) fn keepalive_uid(&self) -> u32 {
         if self.uid == 65534 { 65533 } else { 65534 }
     }
 
@@ -546,7 +546,7 @@ impl SandboxSpec {
 
     /// A short-lived root container with only CAP_CHOWN that gives the fresh volume's root to
     /// the sandbox user (the archive API cannot). It runs no project code: only `chown`.
-    pub fn seeder_body(&self, volume: &str, engine: &EngineInfo) -> ContainerCreateBody {
+    pub(crate) fn seeder_body(&self, volume: &str, engine: &EngineInfo) -> ContainerCreateBody {
         let mut body = locked_down(Helper {
             image: &self.image,
             user: "0:0",
@@ -572,7 +572,7 @@ impl SandboxSpec {
 
     /// A container that is created and never started: the image's `/etc/passwd` and
     /// `/etc/group` are read out of it through the archive API (see `identity`).
-    pub fn reader_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
+    pub(crate) fn reader_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
         locked_down(Helper {
             image: &self.image,
             user: "65534:65534",
@@ -587,7 +587,7 @@ impl SandboxSpec {
     /// A container that is created and never started: the sandbox user's `/etc` files are
     /// uploaded into it and it is committed as an image (see `identity::image_with_user`). Its
     /// root is writable, which is harmless: it never runs.
-    pub fn identity_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
+    pub(crate) fn identity_body(&self, engine: &EngineInfo) -> ContainerCreateBody {
         let mut body = self.reader_body(engine);
         if let Some(hc) = body.host_config.as_mut() {
             hc.readonly_rootfs = Some(false);
@@ -595,13 +595,13 @@ impl SandboxSpec {
         body
     }
 
-    pub fn container_name(&self) -> String {
+    pub(crate) fn container_name(&self) -> String {
         format!("agentbox-{}", self.session)
     }
 
     /// The sandbox container on `engine`. `etc`: a host directory holding the `passwd` and
     /// `group` files mounted read-only over the image's (see `identity`).
-    pub fn create_body(
+    pub(crate) fn create_body(
         &self,
         main: MainProcess,
         etc: Option<&std::path::Path>,

@@ -22,15 +22,15 @@ use tokio::sync::{Mutex, Semaphore, mpsc, watch};
 use super::policy::{Direction, Forward};
 
 /// "A client arrived: connect to the port."
-pub const GO: u8 = b'c';
+pub(crate) const GO: u8 = b'c';
 /// "Connected; what follows is the port's."
-pub const JOINED: u8 = b'+';
+pub(crate) const JOINED: u8 = b'+';
 /// "Nothing listens on the port."
-pub const REFUSED: u8 = b'-';
+pub(crate) const REFUSED: u8 = b'-';
 
 /// Clients joined at once per published port; more are closed as they arrive (each costs two
 /// threads in the sandbox, counted against its pids limit).
-pub const MAX_CLIENTS: usize = 64;
+pub(crate) const MAX_CLIENTS: usize = 64;
 /// Waiting connections from the sandbox the host keeps; more are closed (the executor keeps
 /// two; anything past a few is a sandbox trying to hold the host's file descriptors).
 const MAX_WAITING: usize = 8;

@@ -54,7 +54,7 @@ use serde_json::{Value, json};
 pub const AF_VSOCK: u64 = 40;
 
 /// The io_uring calls, refused.
-pub const IO_URING: [&str; 3] = ["io_uring_setup", "io_uring_enter", "io_uring_register"];
+pub(crate) const IO_URING: [&str; 3] = ["io_uring_setup", "io_uring_enter", "io_uring_register"];
 
 /// Namespace flags `clone` may not be given without CAP_SYS_ADMIN (which the sandbox never has):
 /// a new user namespace would hand the sandbox user capabilities over fresh kernel objects.
@@ -469,8 +469,10 @@ const TRACING: &[&str] = &[
     "ptrace",
 ];
 
-/// Every syscall allowed without conditions on its arguments (arch-specific ones aside).
-pub fn allowed() -> impl Iterator<Item = &'static str> {
+/// Every syscall allowed without conditions on its arguments (arch-specific ones aside): what
+/// the tests hold the profile to.
+#[cfg(test)]
+fn allowed() -> impl Iterator<Item = &'static str> {
     [
         FILES,
         EVENTS,
@@ -587,7 +589,7 @@ pub fn profile() -> Value {
 }
 
 /// The profile as the JSON text the engine takes, built once.
-pub fn profile_json() -> &'static str {
+pub(crate) fn profile_json() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
     JSON.get_or_init(|| profile().to_string())
 }
@@ -601,7 +603,7 @@ pub fn security_opt() -> String {
 /// the engine's host (it opens the value as a file, and refuses inline JSON with "opening
 /// seccomp profile failed"). The file is written once per profile, where only this user can
 /// change it: whoever could rewrite it could loosen the sandbox.
-pub fn security_opt_as_file() -> std::io::Result<String> {
+pub(crate) fn security_opt_as_file() -> std::io::Result<String> {
     let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(run) => std::path::PathBuf::from(run).join("agentbox"),
         // SAFETY: getuid has no preconditions and cannot fail.

@@ -19,7 +19,7 @@ pub enum Chunk {
     Err(bytes::Bytes),
 }
 
-pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, SandboxError>> + Send>>;
+pub(crate) type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, SandboxError>> + Send>>;
 
 /// A process started with [`DockerSandbox::attach_process`].
 pub struct Attached {

@@ -87,7 +87,7 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 const MAX_INCLUDE_DEPTH: usize = 10;
 
 /// The hooks git runs (githooks(5)), plus the names hook managers install.
-pub const HOOK_NAMES: &[&str] = &[
+pub(crate) const HOOK_NAMES: &[&str] = &[
     "applypatch-msg",
     "pre-applypatch",
     "post-applypatch",
@@ -120,7 +120,7 @@ pub const HOOK_NAMES: &[&str] = &[
 
 /// Config files of hook managers that decide what their installed hooks run. While a
 /// repository has active hooks, these are kept read-only in the sandbox.
-pub const HOOK_MANAGER_CONFIGS: &[&str] = &[
+pub(crate) const HOOK_MANAGER_CONFIGS: &[&str] = &[
     ".pre-commit-config.yaml",
     ".pre-commit-config.yml",
     "lefthook.yml",
@@ -136,7 +136,7 @@ pub const HOOK_MANAGER_CONFIGS: &[&str] = &[
     "simple-git-hooks.json",
 ];
 
-pub fn is_git_name(name: &OsStr) -> bool {
+pub(crate) fn is_git_name(name: &OsStr) -> bool {
     // Case-insensitively: on a case-insensitive file system `.GIT` is `.git`.
     name.to_str().is_some_and(|n| n.eq_ignore_ascii_case(".git"))
 }
@@ -147,7 +147,7 @@ pub fn is_git_name(name: &OsStr) -> bool {
 /// a directory is listed; a link counts whatever it points at. Case-insensitively, as a
 /// case-insensitive file system would serve them.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct GitDirShape {
+pub(crate) struct GitDirShape {
     head: bool,
     objects: bool,
     refs: bool,
@@ -166,7 +166,7 @@ impl GitDirShape {
         }
     }
 
-    pub fn is_git_dir(&self) -> bool {
+    pub(crate) fn is_git_dir(&self) -> bool {
         self.head && ((self.objects && self.refs) || self.commondir)
     }
 }
@@ -212,7 +212,7 @@ fn read_small_following(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// `gitdir: PATH` of a `.git` file, resolved against the file's directory as git does.
-pub fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
+pub(crate) fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
     let text = std::str::from_utf8(data).ok()?;
     let target = text.strip_prefix("gitdir:")?.trim();
     if target.is_empty() {
@@ -493,7 +493,7 @@ fn owned_dir(dir: &Path, uid: u32) -> Result<(), String> {
 /// One `section.subsection.key = value` of a config file. Section and key are lower-cased (git
 /// compares them case-insensitively); the subsection is kept as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigEntry {
+pub(crate) struct ConfigEntry {
     pub section: String,
     pub subsection: Option<String>,
     pub key: String,
@@ -511,7 +511,7 @@ impl ConfigEntry {
 /// `[s.sub]`; `#` and `;` comments outside quotes; values with `"` quoting, `\` escapes and
 /// `\`-newline continuations. Lines git would reject are skipped, not fatal: a hostile file
 /// must not hide the rest of itself from us by one bad line.
-pub fn parse_config(text: &str) -> Vec<ConfigEntry> {
+pub(crate) fn parse_config(text: &str) -> Vec<ConfigEntry> {
     let mut out = Vec::new();
     let (mut section, mut subsection) = (String::new(), None::<String>);
     let mut chars = text.chars().peekable();
@@ -659,7 +659,7 @@ fn parse_value(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
 
 /// One config file git reads for a repository, parsed, with where it came from.
 #[derive(Debug)]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     pub path: PathBuf,
     pub entries: Vec<ConfigEntry>,
 }
@@ -668,7 +668,7 @@ pub struct ConfigFile {
 /// (every condition taken as true: a superset). Include paths are relative to the including
 /// file's directory; `~/` is the user's home. Missing files are recorded in `absent` (the
 /// sandbox could create one inside the project).
-pub fn read_with_includes(path: &Path, out: &mut Vec<ConfigFile>, absent: &mut BTreeSet<PathBuf>) {
+pub(crate) fn read_with_includes(path: &Path, out: &mut Vec<ConfigFile>, absent: &mut BTreeSet<PathBuf>) {
     read_with_includes_at(path, 0, out, absent)
 }
 
@@ -752,7 +752,7 @@ pub fn resolve(path: &Path) -> PathBuf {
 /// The config files git reads for every repository, besides the repository's own: the system
 /// file and the user's (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`). A relative
 /// `core.hooksPath` there names a directory inside every worktree.
-pub fn user_config_paths() -> Vec<PathBuf> {
+pub(crate) fn user_config_paths() -> Vec<PathBuf> {
     let mut paths = Vec::new();
     if std::env::var_os("GIT_CONFIG_NOSYSTEM").is_none() {
         paths.push(
@@ -781,7 +781,7 @@ pub fn user_config_paths() -> Vec<PathBuf> {
 
 /// A repository found in the project, as git would use it.
 #[derive(Debug, Default)]
-pub struct Repo {
+pub(crate) struct Repo {
     /// The git directory (may lie outside the project, e.g. a linked worktree's).
     pub git_dir: Option<PathBuf>,
     /// The directory holding `objects/`, `refs/`, shared config and the default hooks.
@@ -857,7 +857,7 @@ impl Repo {
 
     /// The directory git runs hooks from: `core.hooksPath` (the last one set wins, as in git;
     /// relative to where hooks run), else `hooks/` of the common directory.
-    pub fn hooks_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn hooks_dir(&self) -> Option<PathBuf> {
         let set = self
             .entries()
             .filter(|(_, e)| e.is("core", "hookspath"))
@@ -873,7 +873,7 @@ impl Repo {
     /// the command it runs would resolve it (the worktree's top, the git directory, the
     /// config file's own directory). A superset: most values name no file at all, and only
     /// those that exist, or look like a path, are kept by the caller.
-    pub fn named_paths(&self) -> Vec<(PathBuf, bool)> {
+    pub(crate) fn named_paths(&self) -> Vec<(PathBuf, bool)> {
         let mut out = Vec::new();
         for (file, e) in self.entries() {
             let Some(value) = e.value.as_deref() else { continue };
@@ -911,7 +911,7 @@ impl Repo {
 /// The repository a project sits in, when it is not one itself (a monorepo's subdirectory): git
 /// run there finds it by walking up, as [`enclosing_repo`] does, and runs its hooks and its
 /// config's commands from its top — which may name paths inside the project.
-pub fn enclosing_repo(project: &Path) -> Option<PathBuf> {
+pub(crate) fn enclosing_repo(project: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let dev = project.metadata().ok()?.dev();
     let mut dir = project.parent();
@@ -939,7 +939,7 @@ pub fn enclosing_repo(project: &Path) -> Option<PathBuf> {
 
 /// `path` made relative to `project` lexically (no file system access): `None` when it leaves
 /// the project or is the project itself.
-pub fn lexical_rel(project: &Path, path: &Path) -> Option<PathBuf> {
+pub(crate) fn lexical_rel(project: &Path, path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     let rest = path.strip_prefix(project).ok()?;
     for c in rest.components() {

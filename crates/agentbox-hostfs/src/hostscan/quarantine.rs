@@ -17,7 +17,7 @@ thread_local! {
 
 /// Unit tests: quarantine under `root` on this thread.
 #[cfg(test)]
-pub fn set_test_root(root: &Path) {
+pub(crate) fn set_test_root(root: &Path) {
     TEST_ROOT.with(|r| *r.borrow_mut() = Some(root.to_path_buf()));
 }
 
@@ -63,7 +63,7 @@ fn holding_dir(project: &Path, session: &str) -> std::io::Result<PathBuf> {
 /// Move `project/rel` to the session's holding directory (same relative path, numbered if
 /// taken). Every directory on the way in the project must be a real directory: the caller
 /// made sure, and nothing of the sandbox runs any more.
-pub fn move_out(project: &Path, rel: &Path, session: &str) -> std::io::Result<PathBuf> {
+pub(crate) fn move_out(project: &Path, rel: &Path, session: &str) -> std::io::Result<PathBuf> {
     let dest = holding_dir(project, session)?;
     let from = project.join(rel);
     let mut to = dest.join(rel);

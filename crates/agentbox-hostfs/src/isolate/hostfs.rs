@@ -53,7 +53,7 @@ pub fn describe(ft: std::fs::FileType) -> &'static str {
 /// ever opened; then the open itself follows no link (`O_NOFOLLOW`) and cannot block
 /// (`O_NONBLOCK`: a FIFO swapped in meanwhile opens at once instead of waiting for a writer),
 /// and `fstat` must show the same regular file `lstat` saw.
-pub fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
+pub(crate) fn open_regular(path: &Path) -> Result<(File, Metadata), OpenError> {
     let seen = std::fs::symlink_metadata(path).map_err(OpenError::Io)?;
     if !seen.file_type().is_file() {
         return Err(OpenError::NotRegular(describe(seen.file_type())));
@@ -103,7 +103,7 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<Option<Vec<u8>>, OpenError>
 }
 
 /// sha256 of what `reader` yields, and how many bytes that was.
-pub fn sha256_of(mut reader: impl Read) -> std::io::Result<([u8; 32], u64)> {
+pub(crate) fn sha256_of(mut reader: impl Read) -> std::io::Result<([u8; 32], u64)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut n = 0u64;
@@ -122,7 +122,7 @@ pub fn sha256_of(mut reader: impl Read) -> std::io::Result<([u8; 32], u64)> {
 
 /// Whether this process may give files away (it runs as root): only then does `--apply` set
 /// owners, since anyone else creates files as themselves already.
-pub fn can_chown() -> bool {
+pub(crate) fn can_chown() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -130,7 +130,7 @@ pub fn can_chown() -> bool {
 /// Who should own what `--apply` creates: the owner of the file it replaces, else the
 /// project directory's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub uid: u32,
     pub gid: u32,
 }
@@ -144,7 +144,7 @@ impl Owner {
     }
 
     /// Give `file` (a descriptor we hold, so no path can be swapped under us) to this owner.
-    pub fn give_file(self, file: &File) -> std::io::Result<()> {
+    pub(crate) fn give_file(self, file: &File) -> std::io::Result<()> {
         if can_chown() {
             std::os::unix::fs::fchown(file, Some(self.uid), Some(self.gid))?;
         }
@@ -153,7 +153,7 @@ impl Owner {
 
     /// Give the link or directory at `path` (one we just created) to this owner, never
     /// following a link.
-    pub fn give_path(self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn give_path(self, path: &Path) -> std::io::Result<()> {
         if can_chown() {
             std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid))?;
         }

@@ -150,7 +150,7 @@ pub fn resolve(tree: &dyn Tree, link: &RelPath, target: &[u8]) -> Result<(), Esc
 
 /// [`resolve`] for a link the user already had: going through another of the user's links
 /// that already leads out is the user's choice, not the sandbox's, and adds nothing.
-pub fn resolve_existing(tree: &dyn Tree, link: &RelPath, target: &[u8]) -> Result<(), Escape> {
+pub(crate) fn resolve_existing(tree: &dyn Tree, link: &RelPath, target: &[u8]) -> Result<(), Escape> {
     let mut dir = comps(link);
     dir.pop();
     walk(tree, dir, target, true)

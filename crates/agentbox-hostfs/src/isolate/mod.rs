@@ -279,9 +279,10 @@ pub enum ChangeKind {
     TypeChanged,
 }
 
+#[cfg(test)]
 impl ChangeKind {
-    /// git's letter for it (`--name-status`).
-    pub fn letter(self) -> char {
+    /// git's letter for it (`--name-status`): how the tests name an expected change.
+    pub(crate) fn letter(self) -> char {
         match self {
             ChangeKind::Added => 'A',
             ChangeKind::Modified => 'M',

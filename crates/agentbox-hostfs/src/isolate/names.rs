@@ -7,7 +7,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path};
+use std::path::Path;
 
 /// A path relative to the project: `/`-separated components, none empty, `.` or `..`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -22,24 +22,6 @@ impl RelPath {
                 .split(|&b| b == b'/')
                 .all(|c| !c.is_empty() && c != b"." && c != b"..");
         ok.then_some(RelPath(bytes))
-    }
-
-    /// The normal components of `path`, or `None` if it has any other kind (root, `..`).
-    pub fn from_path(path: &Path) -> Option<RelPath> {
-        let mut out = Vec::new();
-        for c in path.components() {
-            match c {
-                Component::Normal(n) => {
-                    if !out.is_empty() {
-                        out.push(b'/');
-                    }
-                    out.extend_from_slice(n.as_bytes());
-                }
-                Component::CurDir => {}
-                _ => return None,
-            }
-        }
-        RelPath::new(out)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -60,7 +42,7 @@ impl RelPath {
     }
 
     /// Every proper ancestor, outermost first.
-    pub fn ancestors(&self) -> Vec<RelPath> {
+    pub(crate) fn ancestors(&self) -> Vec<RelPath> {
         let mut out = Vec::new();
         for (i, &b) in self.0.iter().enumerate() {
             if b == b'/' {
@@ -81,14 +63,14 @@ impl RelPath {
     }
 
     /// The path as git prints it with a prefix (`a/`, `b/`) inside the quotes.
-    pub fn quoted_with(&self, prefix: &str) -> String {
+    pub(crate) fn quoted_with(&self, prefix: &str) -> String {
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(&self.0);
         crate::gitquote::quote_path(&full)
     }
 
     /// A directory path as the change list shows it: with a trailing `/`.
-    pub fn quoted_dir(&self) -> String {
+    pub(crate) fn quoted_dir(&self) -> String {
         let mut full = self.0.clone();
         full.push(b'/');
         crate::gitquote::quote_path(&full)
@@ -179,7 +161,5 @@ mod tests {
                 .unwrap()
                 .starts_with(&RelPath::new(b"a/b".to_vec()).unwrap())
         );
-        assert_eq!(RelPath::from_path(Path::new("./x/y")).unwrap().as_bytes(), b"x/y");
-        assert!(RelPath::from_path(Path::new("../x")).is_none());
     }
 }

@@ -32,7 +32,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// git's blob id: sha1 of "blob <len>\0" and the bytes.
-pub fn blob_id(data: &[u8]) -> String {
+pub(crate) fn blob_id(data: &[u8]) -> String {
     let mut h = Sha1::new();
     h.update(format!("blob {}\0", data.len()).as_bytes());
     h.update(data);
@@ -121,7 +121,7 @@ fn git_mode(mode: u32) -> u32 {
 }
 
 /// The new side, from the sandbox.
-pub fn new_side(content: &Content) -> Side<'_> {
+pub(crate) fn new_side(content: &Content) -> Side<'_> {
     match content {
         Content::File { data, mode } => Side::File {
             mode: git_mode(*mode),
@@ -135,7 +135,7 @@ pub fn new_side(content: &Content) -> Side<'_> {
 /// The old side, from the manifest; the bytes of a file are read from the host only when
 /// small, only if it is still a regular file reached through real directories, and only if
 /// they are still what was packed.
-pub fn old_side(project: &Path, manifest: &Manifest, path: &RelPath) -> Option<Side<'static>> {
+pub(crate) fn old_side(project: &Path, manifest: &Manifest, path: &RelPath) -> Option<Side<'static>> {
     match manifest.entries.get(path)? {
         Entry::Dir => None,
         Entry::Symlink { target } => Some(Side::Link(target.as_os_str().as_encoded_bytes().to_vec())),
@@ -211,7 +211,7 @@ fn hunks(old: &[u8], new: &[u8], out: &mut Vec<u8>) -> (u64, u64) {
 }
 
 /// One file's section of the patch, and (added, removed) lines when it is a text diff.
-pub fn file_patch(
+pub(crate) fn file_patch(
     path: &RelPath,
     old: Option<&Side>,
     new: Option<&Content>,

@@ -169,7 +169,7 @@ impl Skipped {
 
     /// Whether `--apply` must refuse: the project would get part of what the sandbox did.
     /// Caches are never part of it; a socket a test left behind is not part of the project.
-    pub fn blocks_apply(&self) -> bool {
+    pub(crate) fn blocks_apply(&self) -> bool {
         match self.why {
             Skip::Cache { .. } => false,
             Skip::Special { replaces, .. } => replaces,

@@ -32,9 +32,9 @@ pub const DEBIAN_SUITE: &str = "trixie";
 pub const DEFAULT_IMAGE: &str = "agentbox/python:3";
 
 /// Label naming an agentbox image (`python`, `rust`...).
-pub const IMAGE_LABEL: &str = "org.agentbox.image";
+pub(crate) const IMAGE_LABEL: &str = "org.agentbox.image";
 /// Label naming the Debian suite an agentbox image was built from.
-pub const SUITE_LABEL: &str = "org.agentbox.image.suite";
+pub(crate) const SUITE_LABEL: &str = "org.agentbox.image.suite";
 
 /// Why an image could not be had, built or read.
 #[derive(Debug, thiserror::Error)]

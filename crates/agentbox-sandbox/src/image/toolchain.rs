@@ -46,7 +46,7 @@ impl Toolchain {
     }
 
     /// The command that prints its version (the build's probe runs it).
-    pub fn version_command(self) -> &'static str {
+    pub(crate) fn version_command(self) -> &'static str {
         match self {
             Toolchain::Python => "python3 --version",
             Toolchain::Node => "node --version",
