@@ -151,23 +151,32 @@ pub async fn remove_container(docker: &Docker, id: &str) {
         // container is left" holds when we return. Docker answers 409 then; Podman 500
         // ("could not be stopped: ... container state improper: stopped"), measured.
         Err(e) => {
-            for _ in 0..100 {
-                match docker.inspect_container(id, None).await {
-                    Err(gone) if status_of(&gone) == Some(404) => return,
-                    // Still there, in a state only Podman has ("stopped"), which bollard's
-                    // model cannot read; or still there.
-                    Err(BollardError::JsonDataError { .. }) | Ok(_) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await
-                    }
-                    // The daemon does not answer: say so below.
-                    Err(_) => break,
-                }
+            if wait_gone(docker, id).await {
+                return;
             }
             if status_of(&e) != Some(409) {
                 tracing::warn!(container = id, error = %e, "could not remove container");
             }
         }
     }
+}
+
+/// Wait (up to 10 s) until the container `id`, which something else is removing (auto-remove,
+/// a daemon that came back and finishes what it was doing), is really gone: `false` if it is
+/// still there or the daemon stops answering.
+pub(crate) async fn wait_gone(docker: &Docker, id: &str) -> bool {
+    for _ in 0..100 {
+        match docker.inspect_container(id, None).await {
+            Err(gone) if status_of(&gone) == Some(404) => return true,
+            // Still there, in a state only Podman has ("stopped"), which bollard's model cannot
+            // read; or still there.
+            Err(BollardError::JsonDataError { .. }) | Ok(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 pub(super) fn short(id: &str) -> &str {

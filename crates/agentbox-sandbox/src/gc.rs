@@ -133,7 +133,15 @@ async fn sweep(
                 .build();
             match docker.remove_container(&id, Some(opts)).await {
                 Ok(()) => {}
-                Err(e) if matches!(super::api::status_of(&e), Some(404 | 409)) => continue,
+                Err(e) if super::api::status_of(&e) == Some(404) => continue,
+                // Being removed already (auto-remove, or a daemon that came back finishing
+                // what it did): gone when this returns, as "cleared" promises.
+                Err(e) if super::api::status_of(&e) == Some(409) => {
+                    if !super::api::wait_gone(docker, &id).await {
+                        return Err(docker_err(format!("remove container {id}"))(e));
+                    }
+                    continue;
+                }
                 Err(e) => return Err(docker_err(format!("remove container {id}"))(e)),
             }
         }
