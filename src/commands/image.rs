@@ -90,7 +90,7 @@ async fn build(args: ImageBuildArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     } else {
         for known in todo {
             errln!(
-                "building {} through Docker from images/{}/Dockerfile",
+                "building {} through Docker from images/Dockerfile and images/{}/packages",
                 known.tag,
                 known.name
             );

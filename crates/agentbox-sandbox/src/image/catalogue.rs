@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::DEFAULT_IMAGE;
 
+/// The one Dockerfile of every image (`images/Dockerfile`); its LABEL line names the image.
+const DOCKERFILE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../images/Dockerfile"));
+
 /// The packages in every image; each image's own list is added to them.
 const COMMON_PACKAGES: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -15,7 +18,6 @@ const COMMON_PACKAGES: &str = include_str!(concat!(
 pub struct KnownImage {
     pub name: &'static str,
     pub tag: &'static str,
-    pub dockerfile: &'static str,
     /// Its own Debian packages (`images/NAME/packages`), one per line; `#` starts a comment.
     pub packages: &'static str,
     /// Known images whose packages it has too (the polyglot image: all the others).
@@ -34,10 +36,6 @@ pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "python",
         tag: DEFAULT_IMAGE,
-        dockerfile: include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../images/python/Dockerfile"
-        )),
         packages: include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../images/python/packages"
@@ -49,10 +47,6 @@ pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "node",
         tag: "agentbox/node:1",
-        dockerfile: include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../images/node/Dockerfile"
-        )),
         packages: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../images/node/packages")),
         includes: &[],
         command_timeout: Duration::from_secs(120),
@@ -61,10 +55,6 @@ pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "rust",
         tag: "agentbox/rust:1",
-        dockerfile: include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../images/rust/Dockerfile"
-        )),
         packages: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../images/rust/packages")),
         includes: &[],
         command_timeout: Duration::from_secs(600),
@@ -73,7 +63,6 @@ pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "go",
         tag: "agentbox/go:1",
-        dockerfile: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../images/go/Dockerfile")),
         packages: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../images/go/packages")),
         includes: &[],
         command_timeout: Duration::from_secs(600),
@@ -82,10 +71,6 @@ pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "polyglot",
         tag: "agentbox/polyglot:2",
-        dockerfile: include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../images/polyglot/Dockerfile"
-        )),
         packages: include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../images/polyglot/packages"
@@ -144,10 +129,17 @@ impl KnownImage {
         format!("{}-unlabelled", self.tag)
     }
 
+    /// The Dockerfile its build sends: `images/Dockerfile` with its name and revision.
+    pub fn dockerfile(&self) -> String {
+        DOCKERFILE
+            .replace("@NAME@", self.name)
+            .replace("@REVISION@", self.revision())
+    }
+
     pub(super) fn context_tar(&self) -> std::io::Result<Vec<u8>> {
         let mut packages = self.package_list().join("\n");
         packages.push('\n');
-        tar_of(&[("Dockerfile", self.dockerfile), ("packages", &packages)])
+        tar_of(&[("Dockerfile", &self.dockerfile()), ("packages", &packages)])
     }
 }
 
@@ -195,7 +187,7 @@ mod tests {
         ] {
             assert!(list.contains(&p), "{p} missing from {list:?}");
         }
-        assert!(python.dockerfile.contains("COPY packages"));
+        assert!(python.dockerfile().contains("COPY packages"));
         assert!(KnownImage::by_name(DEFAULT_IMAGE).is_some());
         assert!(
             KnownImage::by_tag("python").is_none(),
@@ -224,7 +216,7 @@ mod tests {
             }
             // The Dockerfile's labels agree with the tag, and it takes the one suite.
             assert!(
-                k.dockerfile.contains(&format!(
+                k.dockerfile().contains(&format!(
                     "LABEL org.agentbox.image=\"{}\" org.agentbox.image.revision=\"{}\"",
                     k.name,
                     k.revision()
@@ -232,7 +224,7 @@ mod tests {
                 "{}",
                 k.name
             );
-            assert!(k.dockerfile.contains("FROM debian:${SUITE}-slim"), "{}", k.name);
+            assert!(k.dockerfile().contains("FROM debian:${SUITE}-slim"), "{}", k.name);
             assert_eq!(k.tag, format!("agentbox/{}:{}", k.name, k.revision()));
         }
         for (name, tool) in [("node", "npm"), ("rust", "cargo"), ("go", "golang-go")] {

@@ -37,7 +37,7 @@ pub async fn ensure_image(
     };
     if let Some(known) = KnownImage::by_tag(image) {
         progress(&format!(
-            "image {image} is missing; building it from images/{}/Dockerfile",
+            "image {image} is missing; building it from images/Dockerfile and images/{}/packages",
             known.name
         ));
         let progress = Mutex::new(progress);
