@@ -23,7 +23,7 @@ impl Published {
     pub fn start(args: &PublishArgs) -> Result<Published, UsageError> {
         let mut specs: Vec<PublishSpec> = Vec::new();
         for value in &args.publish {
-            let mut spec = PublishSpec::parse(value).map_err(UsageError)?;
+            let mut spec = PublishSpec::parse(value).map_err(|e| UsageError(e.0))?;
             if let Some(address) = args.unsafe_publish_address {
                 spec.address = address;
             }

@@ -82,12 +82,12 @@ impl Engine {
     }
 
     /// A client for the engine (no request made yet). Errors say what to fix.
-    pub fn client(&self) -> Result<Docker, String> {
+    pub fn client(&self) -> Result<Docker, EndpointError> {
         let host = self.host.as_str();
         let (scheme, _) = host.split_once("://").unwrap_or(("", host));
         match scheme {
             "unix" => Docker::connect_with_unix(host, CLIENT_TIMEOUT, API_DEFAULT_VERSION)
-                .map_err(|e| e.to_string()),
+                .map_err(EndpointError::Client),
             "tcp" | "http" | "https" => match &self.tls {
                 Some(dir) => {
                     let files = check_cert_dir(dir)?;
@@ -102,31 +102,27 @@ impl Engine {
                         CLIENT_TIMEOUT,
                         API_DEFAULT_VERSION,
                     )
-                    .map_err(|e| e.to_string())
+                    .map_err(EndpointError::Client)
                 }
-                None if scheme == "https" => Err(
-                    "https:// needs TLS material: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (ca.pem, \
-                     cert.pem, key.pem)"
-                        .into(),
-                ),
+                None if scheme == "https" => Err(EndpointError::HttpsWithoutTls),
                 None => Docker::connect_with_http(host, CLIENT_TIMEOUT, API_DEFAULT_VERSION)
-                    .map_err(|e| e.to_string()),
+                    .map_err(EndpointError::Client),
             },
-            "ssh" => Err(
+            "ssh" => Err(EndpointError::Unsupported(
                 "ssh:// engines are not supported: the Docker client agentbox is built with (bollard \
                  0.21) has SSH only behind a feature agentbox does not enable. Forward the remote \
                  socket instead (`ssh -NL /tmp/remote-docker.sock:/var/run/docker.sock USER@HOST`), \
                  then DOCKER_HOST=unix:///tmp/remote-docker.sock and pass --isolate yourself (a \
                  forwarded socket looks local), or serve the engine over TLS (tcp:// with \
-                 DOCKER_TLS_VERIFY=1)"
-                    .into(),
-            ),
-            "npipe" => Err("npipe:// (Windows named pipes) is not supported on this system".into()),
-            _ => Err(
+                 DOCKER_TLS_VERIFY=1)",
+            )),
+            "npipe" => Err(EndpointError::Unsupported(
+                "npipe:// (Windows named pipes) is not supported on this system",
+            )),
+            _ => Err(EndpointError::Unsupported(
                 "unsupported endpoint (expected unix:///PATH, or tcp://HOST:PORT with DOCKER_TLS_VERIFY=1 \
-                 and DOCKER_CERT_PATH)"
-                    .into(),
-            ),
+                 and DOCKER_CERT_PATH)",
+            )),
         }
     }
 
@@ -136,7 +132,8 @@ impl Engine {
             endpoint: self.describe(),
             reason,
         };
-        let docker = self.client().map_err(|reason| {
+        let docker = self.client().map_err(|e| {
+            let reason = e.to_string();
             if self.host.starts_with("unix://") {
                 // A socket that is not there: the daemon is not running (or not there).
                 unreachable(reason)
@@ -186,6 +183,36 @@ fn default_cert_path() -> PathBuf {
     }
 }
 
+/// Why no client can be made for an endpoint: what to fix, said before any connection.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("{0}")]
+    Client(#[source] bollard::errors::Error),
+    #[error(
+        "https:// needs TLS material: set DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (ca.pem, cert.pem, \
+         key.pem)"
+    )]
+    HttpsWithoutTls,
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error(
+        "the TLS certificate directory {0} does not exist (DOCKER_CERT_PATH, default ~/.docker; it \
+         holds ca.pem, cert.pem and key.pem)"
+    )]
+    NoCertDir(String),
+    #[error(
+        "cannot read {path} ({source}): the TLS directory must hold ca.pem (the CA that signed the \
+         engine's certificate), cert.pem and key.pem (this client's certificate and key)"
+    )]
+    CertUnreadable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} holds no PEM {marker}")]
+    NoPem { path: String, marker: &'static str },
+}
+
 struct CertFiles {
     ca: PathBuf,
     cert: PathBuf,
@@ -194,25 +221,21 @@ struct CertFiles {
 
 /// The three files exist and hold PEM: said before any connection, by name, since bollard
 /// reads the key only during the handshake and would then fail with a bare I/O error.
-fn check_cert_dir(dir: &Path) -> Result<CertFiles, String> {
+fn check_cert_dir(dir: &Path) -> Result<CertFiles, EndpointError> {
     if !dir.is_dir() {
-        return Err(format!(
-            "the TLS certificate directory {} does not exist (DOCKER_CERT_PATH, default ~/.docker; it \
-             holds ca.pem, cert.pem and key.pem)",
-            dir.display()
-        ));
+        return Err(EndpointError::NoCertDir(dir.display().to_string()));
     }
-    let file = |name: &str, marker: &str| -> Result<PathBuf, String> {
+    let file = |name: &str, marker: &'static str| -> Result<PathBuf, EndpointError> {
         let path = dir.join(name);
-        let text = std::fs::read(&path).map_err(|e| {
-            format!(
-                "cannot read {} ({e}): the TLS directory must hold ca.pem (the CA that signed the \
-                 engine's certificate), cert.pem and key.pem (this client's certificate and key)",
-                path.display()
-            )
+        let text = std::fs::read(&path).map_err(|source| EndpointError::CertUnreadable {
+            path: path.display().to_string(),
+            source,
         })?;
         if !text.windows(marker.len()).any(|w| w == marker.as_bytes()) {
-            return Err(format!("{} holds no PEM {marker}", path.display()));
+            return Err(EndpointError::NoPem {
+                path: path.display().to_string(),
+                marker,
+            });
         }
         Ok(path)
     };
@@ -321,19 +344,19 @@ mod tests {
             host: "tcp://127.0.0.1:1".into(),
             tls: Some(dir.path().join("nope")),
         };
-        assert!(e.client().unwrap_err().contains("does not exist"));
+        assert!(e.client().unwrap_err().to_string().contains("does not exist"));
         let e = Engine {
             host: "tcp://127.0.0.1:1".into(),
             tls: Some(dir.path().to_path_buf()),
         };
-        assert!(e.client().unwrap_err().contains("ca.pem"));
+        assert!(e.client().unwrap_err().to_string().contains("ca.pem"));
         std::fs::write(dir.path().join("ca.pem"), "not pem").unwrap();
-        assert!(e.client().unwrap_err().contains("no PEM"));
+        assert!(e.client().unwrap_err().to_string().contains("no PEM"));
     }
 
     #[test]
     fn ssh_and_unknown_schemes_say_what_to_do() {
-        let ssh = Engine::plain("ssh://me@host").client().unwrap_err();
+        let ssh = Engine::plain("ssh://me@host").client().unwrap_err().to_string();
         assert!(ssh.contains("not supported") && ssh.contains("tcp://"), "{ssh}");
         assert!(Engine::plain("ftp://x").client().is_err());
     }

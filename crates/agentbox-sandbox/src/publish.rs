@@ -51,16 +51,23 @@ pub struct PublishSpec {
     pub port: u16,
 }
 
+/// A `--publish` value that is not `[HOST_PORT:]PORT`, with what is wrong and the form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadPublish(pub String);
+
 impl PublishSpec {
     /// `[HOST_PORT:]PORT`, listening on loopback.
-    pub fn parse(value: &str) -> Result<PublishSpec, String> {
-        let port = |text: &str, what: &str, zero: bool| -> Result<u16, String> {
+    pub fn parse(value: &str) -> Result<PublishSpec, BadPublish> {
+        let port = |text: &str, what: &str, zero: bool| -> Result<u16, BadPublish> {
             match text.trim().parse::<u16>() {
-                Ok(0) if !zero => Err(format!("--publish {value}: {what} must be 1 to 65535")),
+                Ok(0) if !zero => Err(BadPublish(format!(
+                    "--publish {value}: {what} must be 1 to 65535"
+                ))),
                 Ok(p) => Ok(p),
-                Err(_) => Err(format!(
+                Err(_) => Err(BadPublish(format!(
                     "--publish {value}: {what} must be a port number (the form is [HOST_PORT:]PORT)"
-                )),
+                ))),
             }
         };
         let parts: Vec<&str> = value.split(':').collect();
@@ -71,10 +78,10 @@ impl PublishSpec {
             }
             [h, p] => (port(h, "HOST_PORT", true)?, port(p, "PORT", false)?),
             _ => {
-                return Err(format!(
+                return Err(BadPublish(format!(
                     "--publish {value}: the form is [HOST_PORT:]PORT; the host side always listens on \
                      127.0.0.1 (another address needs --unsafe-publish-address)"
-                ));
+                )));
             }
         };
         Ok(PublishSpec {
@@ -391,6 +398,7 @@ mod tests {
         assert!(
             PublishSpec::parse("0.0.0.0:80:80")
                 .unwrap_err()
+                .0
                 .contains("--unsafe-publish-address")
         );
     }
