@@ -390,9 +390,46 @@ async fn eval_over_two_engines_survives_one_dying() {
     gc.env("DOCKER_HOST", &third_host).arg("gc");
     let gc_out = run(&mut gc);
     let left = containers_of_pid(&third, pid).await;
+    // What was left, for the failure message: its name and state as the engine tells them.
+    let left_shown = if left == 0 {
+        String::new()
+    } else {
+        let filters =
+            std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
+        let listed = third
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await;
+        match listed {
+            Ok(list) => list
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} {:?} {:?} created {:?}",
+                        c.id.as_deref().unwrap_or("?"),
+                        c.state,
+                        c.status,
+                        c.created
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(e) => format!("(cannot list: {e})"),
+        }
+    };
     second_dockerd(&["stop", "third"]);
     assert!(gc_out.status.success(), "{}", text(&gc_out.stderr));
-    assert_eq!(left, 0, "gc clears what the dead engine kept");
+    assert_eq!(
+        left,
+        0,
+        "gc clears what the dead engine kept; left: {left_shown}\ngc said: {}{}",
+        text(&gc_out.stdout),
+        text(&gc_out.stderr)
+    );
     assert_eq!(containers_of_pid(&main, pid).await, 0);
 
     assert_eq!(output.status.code(), Some(0), "{stderr}\n{stdout}");
