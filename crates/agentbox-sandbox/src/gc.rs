@@ -108,6 +108,48 @@ pub async fn list_labelled(
     }
 }
 
+/// What was removed is gone when gc returns: a container the engine was removing itself (a
+/// daemon that came back finishing its auto-removes) can end "dead" when that removal fails
+/// (a mount still busy), and a second removal then succeeds. So list again, for up to 10 s,
+/// and remove what is still there; what never goes is an error naming it.
+async fn confirm_gone(
+    docker: &Docker,
+    filters: &HashMap<String, Vec<String>>,
+    keep: &(dyn Fn(&HashMap<String, String>) -> bool + Sync),
+) -> Result<(), SandboxError> {
+    let opts = || {
+        RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build()
+    };
+    let mut last = Vec::new();
+    for _ in 0..20 {
+        last = list_labelled(docker, filters)
+            .await?
+            .into_iter()
+            .filter(|(_, labels)| !keep(labels))
+            .map(|(id, _)| id)
+            .collect();
+        if last.is_empty() {
+            return Ok(());
+        }
+        for id in &last {
+            // 404 and 409 (gone, or being removed): the next listing tells.
+            let _ = docker.remove_container(id, Some(opts())).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    Err(SandboxError::Other(format!(
+        "the engine keeps {} container(s) gc removed: {} (see `docker ps -a`)",
+        last.len(),
+        last.iter()
+            .map(|id| super::api::short(id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
 /// Containers, then volumes, carrying every label of `labels` (`key` or `key=value`), except
 /// those `keep` spares.
 async fn sweep(
@@ -135,17 +177,19 @@ async fn sweep(
                 Ok(()) => {}
                 Err(e) if super::api::status_of(&e) == Some(404) => continue,
                 // Being removed already (auto-remove, or a daemon that came back finishing
-                // what it did): gone when this returns, as "cleared" promises.
+                // what it did): waited for here, and if that removal fails, removed again by
+                // `confirm_gone`.
                 Err(e) if super::api::status_of(&e) == Some(409) => {
-                    if !super::api::wait_gone(docker, &id).await {
-                        return Err(docker_err(format!("remove container {id}"))(e));
-                    }
+                    super::api::wait_gone(docker, &id).await;
                     continue;
                 }
                 Err(e) => return Err(docker_err(format!("remove container {id}"))(e)),
             }
         }
         report.containers_removed.push(short);
+    }
+    if !dry_run {
+        confirm_gone(docker, &filters, keep).await?;
     }
     let volumes = docker
         .list_volumes(Some(
