@@ -175,14 +175,10 @@ async fn sweep(
                 .build();
             match docker.remove_container(&id, Some(opts)).await {
                 Ok(()) => {}
-                Err(e) if super::api::status_of(&e) == Some(404) => continue,
-                // Being removed already (auto-remove, or a daemon that came back finishing
-                // what it did): waited for here, and if that removal fails, removed again by
-                // `confirm_gone`.
-                Err(e) if super::api::status_of(&e) == Some(409) => {
-                    super::api::wait_gone(docker, &id).await;
-                    continue;
-                }
+                // Gone, or being removed already (auto-remove, or a daemon that came back
+                // finishing what it did): `confirm_gone` waits for it, and removes it again if
+                // that removal fails.
+                Err(e) if matches!(super::api::status_of(&e), Some(404 | 409)) => continue,
                 Err(e) => return Err(docker_err(format!("remove container {id}"))(e)),
             }
         }
