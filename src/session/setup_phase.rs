@@ -808,17 +808,20 @@ async fn run_logged(
     let mut req = ExecRequest::shell(wrapped, left.max(Duration::from_secs(1))).capture(16 * 1024, 48 * 1024);
     req.env = env.to_vec();
     let out = sandbox.exec(req).await;
-    if let Some(task) = follower {
+    let mut followed = 0;
+    if let Some((mut task, printed)) = follower {
         // The sweep after the command ended the follower; let it print what it had.
-        let mut task = task;
         if tokio::time::timeout(Duration::from_secs(2), &mut task)
             .await
             .is_err()
         {
             task.abort();
+            let _ = task.await;
         }
+        followed = printed.load(std::sync::atomic::Ordering::SeqCst);
     }
     let out = out?;
+    show_missed_lines(events, &out.stdout, followed);
     let output = merge(&out.stdout.to_text(), &out.stderr.to_text());
     events.emit(&Event::SetupOutput {
         command: shown.to_string(),
@@ -834,16 +837,23 @@ const SETUP_LOG: &str = "/run/agentbox/setup-output";
 /// Lines of one command shown as they come.
 const MAX_LIVE_LINES: usize = 2000;
 
-/// Stream what the next command writes to [`SETUP_LOG`] as `Event::SetupLine`s. `None` if it
-/// cannot (the output is still in the error when the command fails).
-async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<tokio::task::JoinHandle<()>> {
+/// Stream what the next command writes to [`SETUP_LOG`] as `Event::SetupLine`s, with the count
+/// of complete lines printed so far. `None` if it cannot (the output is still in the error when
+/// the command fails).
+async fn follow_output(
+    sandbox: &DockerSandbox,
+    events: &Arc<Fanout>,
+) -> Option<(tokio::task::JoinHandle<()>, Arc<std::sync::atomic::AtomicUsize>)> {
     let truncate = ExecRequest::argv(["sh", "-c", &format!(": > {SETUP_LOG}")], Duration::from_secs(30));
     if !sandbox.exec(truncate).await.ok()?.success() {
         return None;
     }
     let stream = sandbox.follow(SETUP_LOG).await.ok()?;
     let events = events.clone();
-    Some(tokio::spawn(async move {
+    // Complete lines seen so far, read after the task ended or was aborted.
+    let printed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = printed.clone();
+    let task = tokio::spawn(async move {
         use futures_util::StreamExt;
         let mut stream = Box::pin(stream);
         let mut pending: Vec<u8> = Vec::new();
@@ -859,6 +869,7 @@ async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<
                     });
                 }
                 shown += 1;
+                counter.store(shown, std::sync::atomic::Ordering::SeqCst);
             }
             if pending.len() > 64 * 1024 {
                 pending.clear();
@@ -872,7 +883,26 @@ async fn follow_output(sandbox: &DockerSandbox, events: &Arc<Fanout>) -> Option<
                 ),
             });
         }
-    }))
+    });
+    Some((task, printed))
+}
+
+/// Print the lines of a finished command's output the follower did not get to: the sweep after
+/// the command may end the follower's `tail` before it read the last writes (or before it
+/// started, for a command that ends at once), and what a setup command printed is shown either
+/// way. `shown` counts the complete lines the follower printed. When the capture lost its
+/// middle, the lines cannot be lined up with the follower's, and only a follower that printed
+/// nothing is made up for (with the head and the tail).
+fn show_missed_lines(events: &Arc<Fanout>, captured: &crate::sandbox::Captured, shown: usize) {
+    if shown >= MAX_LIVE_LINES || (captured.truncated() && shown > 0) {
+        return;
+    }
+    let text = captured.to_text();
+    for line in text.lines().skip(shown).take(MAX_LIVE_LINES - shown) {
+        events.emit(&Event::SetupLine {
+            line: line.to_string(),
+        });
+    }
 }
 
 /// What [`default_registries`] found.
@@ -1222,4 +1252,55 @@ pub async fn check_registry_tls(
     let _ = sandbox.shutdown().await;
     result?;
     Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventSink, Fanout};
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<String>>>);
+
+    impl EventSink for Lines {
+        fn emit(&self, event: &Event<'_>) {
+            if let Event::SetupLine { line } = event
+                && let Ok(mut lines) = self.0.lock()
+            {
+                lines.push(line.clone());
+            }
+        }
+    }
+
+    fn shown_after(captured: &crate::sandbox::Captured, follower_showed: usize) -> Vec<String> {
+        let lines = Lines::default();
+        let events = Arc::new(Fanout(vec![Box::new(lines.clone())]));
+        show_missed_lines(&events, captured, follower_showed);
+        lines.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn what_the_follower_missed_is_printed_once_from_the_capture() {
+        let out = crate::sandbox::Captured::complete(b"setup says\nsetup warns\nlast, no newline".to_vec());
+        // The sweep ended the follower before it read anything (a command that ends at once).
+        assert_eq!(
+            shown_after(&out, 0),
+            ["setup says", "setup warns", "last, no newline"]
+        );
+        // It printed the first line: the rest follows, nothing twice.
+        assert_eq!(shown_after(&out, 1), ["setup warns", "last, no newline"]);
+        // It printed every complete line: only the unfinished last one is left.
+        assert_eq!(shown_after(&out, 2), ["last, no newline"]);
+
+        // A capture that lost its middle cannot be lined up with what was printed.
+        let mut cut = crate::sandbox::HeadTail::new(8, 8);
+        cut.push(b"first line\nmiddle\nmiddle\nlast line\n");
+        let cut = cut.finish();
+        assert!(cut.truncated());
+        assert!(shown_after(&cut, 1).is_empty());
+        let all = shown_after(&cut, 0);
+        assert!(all.first().is_some_and(|l| l.starts_with("first li")), "{all:?}");
+        assert!(all.iter().any(|l| l.contains("cut")), "{all:?}");
+    }
 }
