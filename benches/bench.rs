@@ -70,6 +70,9 @@ fn config(per_call: bool) -> SandboxConfig {
         allow_weak_limits: false,
         host_scan_limit: 2_000_000,
         host_scan_timeout: 30,
+        service: Vec::new(),
+        service_timeout: 60,
+        service_definitions: Vec::new(),
     })
     .expect("config");
     cfg.per_call_exec = per_call;

@@ -40,11 +40,16 @@ pub fn main() -> ExitCode {
 /// Flags > environment > config file > defaults: the file's values become clap's defaults.
 fn parse_args() -> Result<Cli, UsageError> {
     let mut cmd = Cli::command();
+    let mut services = Vec::new();
     if let Some((path, table)) = crate::config_file::load()? {
         cmd = crate::config_file::apply(cmd, &table, &path)?;
+        services = crate::config_file::services(&table, &path)?;
     }
     let matches = cmd.get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(args) = cli.command.sandbox_args_mut() {
+        args.service_definitions = services;
+    }
     // Only commands with sandbox settings have an `image` argument to ask about.
     if let Some(args) = cli.command.sandbox_args_mut()
         && args.image.is_some()

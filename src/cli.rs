@@ -115,6 +115,21 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub host_scan_timeout: u64,
+
+    /// Start a server beside every sandbox, in its own network namespace, reachable on
+    /// 127.0.0.1: postgres, redis or mariadb (agentbox's images, connection variables such as
+    /// DATABASE_URL set), a [services.NAME] of the config file, or NAME=IMAGE. Repeatable.
+    #[arg(long, value_name = "NAME[=IMAGE]")]
+    pub service: Vec<String>,
+
+    /// Seconds a service may take to take connections before the session stops.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub service_timeout: u64,
+
+    /// The config file's `[services.NAME]` tables; filled in after parsing.
+    #[arg(skip)]
+    pub service_definitions: Vec<crate::sandbox::services::ServiceSpec>,
 }
 
 /// `--publish` (shell, run, chat, exec, mcp).

@@ -10,6 +10,7 @@ use crate::model::retry::RetryPolicy;
 use crate::model::scripted::Scripted;
 use crate::model::text_protocol::TextProtocol;
 use crate::model::{HttpSettings, ModelClient, ModelError, RetryObserver, ToolChoice};
+use crate::sandbox::services::{ServiceKind, ServiceSpec};
 use crate::sandbox::{Limits, MIN_MEMORY, MemoryBudget, SandboxSpec, human_bytes, parse_size};
 
 /// A bad flag value or configuration: exit status 2, message to the user, no stack trace.
@@ -48,6 +49,8 @@ pub struct SandboxConfig {
     /// `--host-scan-limit`, `--host-scan-timeout`: how far the host's scans of a bind-mounted
     /// project go.
     pub host_scan: crate::hostfs::hostscan::ScanBounds,
+    /// `--service`: servers started beside every sandbox of the agent (not setup's).
+    pub services: Vec<ServiceSpec>,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -115,6 +118,14 @@ impl SandboxConfig {
         if args.image.as_ref().is_some_and(|i| i.trim().is_empty()) {
             return Err(UsageError("--image: must not be empty".into()));
         }
+        let services = services(args)?;
+        if !services.is_empty() && args.runtime.as_deref().is_some_and(crate::sandbox::is_gvisor) {
+            return Err(UsageError(
+                "--service cannot be used with a gVisor --runtime: gVisor keeps the sandbox's \
+                 loopback inside its own network stack, where no service can listen"
+                    .into(),
+            ));
+        }
         Ok(SandboxConfig {
             image: args
                 .image
@@ -138,6 +149,7 @@ impl SandboxConfig {
                 entries: usize::try_from(args.host_scan_limit).unwrap_or(usize::MAX),
                 time: Duration::from_secs(args.host_scan_timeout),
             },
+            services,
         })
     }
 
@@ -178,6 +190,7 @@ impl SandboxConfig {
             read_only: false,
             cleanup: self.cleanup.clone(),
             extras: self.extras.clone(),
+            services: self.services.clone(),
         })
     }
 
@@ -198,8 +211,55 @@ impl SandboxConfig {
             read_only: false,
             cleanup: self.cleanup.clone(),
             extras: self.extras.clone(),
+            services: self.services.clone(),
         })
     }
+}
+
+/// `--service NAME[=IMAGE]` as the sandbox crate takes it: a definition of the config file
+/// by its name, else a server agentbox knows, else (with `=IMAGE`) any image. `=IMAGE` on a
+/// known name keeps its port and connection variables, and starts the image its own way.
+fn services(args: &SandboxArgs) -> Result<Vec<ServiceSpec>, UsageError> {
+    let timeout = Duration::from_secs(args.service_timeout);
+    let mut out = Vec::new();
+    for given in &args.service {
+        let (name, image) = match given.split_once('=') {
+            Some((n, i)) if !i.trim().is_empty() => (n.trim(), Some(i.trim())),
+            Some(_) => {
+                return Err(UsageError(format!(
+                    "--service {given}: the image after '=' is empty"
+                )));
+            }
+            None => (given.trim(), None),
+        };
+        let defined = args.service_definitions.iter().find(|d| d.name == name);
+        let kind = ServiceKind::by_name(name);
+        let mut spec = match (defined, kind, image) {
+            (Some(d), _, None) => d.clone(),
+            (Some(d), _, Some(image)) => ServiceSpec {
+                image: image.to_string(),
+                ..d.clone()
+            },
+            (None, Some(kind), None) => ServiceSpec::known(kind, name),
+            (None, Some(kind), Some(image)) => ServiceSpec {
+                port: Some(kind.port()),
+                sandbox_env: kind.connection_env(),
+                ..ServiceSpec::image(name, image)
+            },
+            (None, None, Some(image)) => ServiceSpec::image(name, image),
+            (None, None, None) => {
+                return Err(UsageError(format!(
+                    "--service {name}: not a service agentbox knows (postgres, redis, mariadb or \
+                     mysql); give an image (--service {name}=IMAGE) or define [services.{name}] \
+                     in the config file"
+                )));
+            }
+        };
+        spec.ready_timeout = timeout;
+        out.push(spec);
+    }
+    crate::sandbox::services::check_services(&out).map_err(|e| UsageError(format!("--service: {e}")))?;
+    Ok(out)
 }
 
 pub fn new_session_id() -> String {

@@ -72,6 +72,16 @@ pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> R
     known.sort();
     known.dedup();
     for (key, value) in table {
+        // `[services.NAME]`: each defined service starts, as if given with --service NAME
+        // (see `services` for the tables themselves).
+        if key == "services" {
+            let names: Vec<String> = value
+                .as_table()
+                .map(|t| t.keys().cloned().collect())
+                .unwrap_or_default();
+            cmd = set_default(cmd, "service", &names);
+            continue;
+        }
         // `[network] allow = [...]`: the allowlist, as if given with --allow-host.
         if key == "network" {
             let Some(net) = value.as_table() else {
@@ -146,6 +156,122 @@ pub fn apply(mut cmd: Command, table: &toml::Table, path: &std::path::Path) -> R
         cmd = set_default(cmd, &id, &texts);
     }
     Ok(cmd)
+}
+
+/// The keys of a `[services.NAME]` table.
+const SERVICE_KEYS: &str = "image, port, user, command, memory, env, sandbox-env";
+
+/// The `[services.NAME]` tables: a server agentbox knows (NAME postgres, redis, mariadb or
+/// mysql) with what the table changes, or any image. `image` on a known name starts that image
+/// its own way (its entrypoint, unless `command` is given), keeping the port and the connection
+/// variables.
+pub fn services(
+    table: &toml::Table,
+    path: &std::path::Path,
+) -> Result<Vec<crate::sandbox::services::ServiceSpec>, UsageError> {
+    use crate::sandbox::services::{ServiceKind, ServiceSpec};
+    let Some(value) = table.get("services") else {
+        return Ok(Vec::new());
+    };
+    let bad = |what: String| UsageError(format!("config file {}: {what}", path.display()));
+    let services = value.as_table().ok_or_else(|| {
+        bad("`services` must be a table of tables ([services.NAME] image = \"IMAGE\")".into())
+    })?;
+    let strings = |key: &str, v: &toml::Value| -> Result<Vec<(String, String)>, UsageError> {
+        let t = v
+            .as_table()
+            .ok_or_else(|| bad(format!("`{key}` must be a table of strings")))?;
+        t.iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|v| (k.clone(), v.to_string()))
+                    .ok_or_else(|| bad(format!("`{key}.{k}` must be a string")))
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (name, def) in services {
+        let def = def
+            .as_table()
+            .ok_or_else(|| bad(format!("[services.{name}] must be a table ({SERVICE_KEYS})")))?;
+        let kind = ServiceKind::by_name(name);
+        let image = match def.get("image") {
+            None => None,
+            Some(v) => Some(
+                v.as_str()
+                    .filter(|i| !i.trim().is_empty())
+                    .ok_or_else(|| bad(format!("[services.{name}] image must be a non-empty string")))?,
+            ),
+        };
+        let mut spec = match (kind, image) {
+            (Some(kind), None) => ServiceSpec::known(kind, name),
+            (Some(kind), Some(image)) => ServiceSpec {
+                port: Some(kind.port()),
+                sandbox_env: kind.connection_env(),
+                ..ServiceSpec::image(name, image)
+            },
+            (None, Some(image)) => ServiceSpec::image(name, image),
+            (None, None) => {
+                return Err(bad(format!(
+                    "[services.{name}] needs an image: {name} is not a service agentbox knows \
+                     (postgres, redis, mariadb, mysql)"
+                )));
+            }
+        };
+        for (key, v) in def {
+            match key.as_str() {
+                "image" => {}
+                "port" => {
+                    spec.port = Some(
+                        v.as_integer()
+                            .and_then(|p| u16::try_from(p).ok())
+                            .filter(|p| *p > 0)
+                            .ok_or_else(|| bad(format!("[services.{name}] port must be 1 to 65535")))?,
+                    );
+                }
+                "user" => {
+                    spec.user = Some(
+                        v.as_str()
+                            .ok_or_else(|| bad(format!("[services.{name}] user must be a string")))?
+                            .to_string(),
+                    );
+                }
+                "command" => {
+                    let argv: Option<Vec<String>> = v
+                        .as_array()
+                        .and_then(|a| a.iter().map(|i| i.as_str().map(String::from)).collect());
+                    spec.command = Some(argv.filter(|a| !a.is_empty()).ok_or_else(|| {
+                        bad(format!(
+                            "[services.{name}] command must be a non-empty list of strings"
+                        ))
+                    })?);
+                }
+                "memory" => {
+                    let text = v.as_str().ok_or_else(|| {
+                        bad(format!("[services.{name}] memory must be a size such as \"1g\""))
+                    })?;
+                    spec.memory_bytes = crate::sandbox::parse_size(text)
+                        .map_err(|e| bad(format!("[services.{name}] memory: {e}")))?;
+                    if spec.memory_bytes < crate::sandbox::MIN_MEMORY {
+                        return Err(bad(format!(
+                            "[services.{name}] memory: at least {}m",
+                            crate::sandbox::MIN_MEMORY >> 20
+                        )));
+                    }
+                }
+                "env" => spec.env = strings(&format!("services.{name}.env"), v)?,
+                "sandbox-env" => spec.sandbox_env = strings(&format!("services.{name}.sandbox-env"), v)?,
+                other => {
+                    return Err(bad(format!(
+                        "[services.{name}] has no setting `{other}`; its settings: {SERVICE_KEYS}"
+                    )));
+                }
+            }
+        }
+        out.push(spec);
+    }
+    crate::sandbox::services::check_services(&out).map_err(|e| bad(e.to_string()))?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -288,5 +414,123 @@ mod tests {
         };
         assert_eq!(run.agent.test_cmd, ["a", "b"]);
         assert_eq!(run.agent.sandbox.image.as_deref(), Some("x:1"));
+    }
+
+    /// `[services.NAME]` tables and `--service` together, as `SandboxConfig` resolves them.
+    fn services_of(file: &str, args: &[&str]) -> Result<Vec<crate::sandbox::services::ServiceSpec>, String> {
+        let table: toml::Table = file.parse().unwrap();
+        let defined = services(&table, std::path::Path::new("test.toml")).map_err(|e| e.to_string())?;
+        let Sub::Exec(mut exec) = parse(file, args)?.command else {
+            panic!()
+        };
+        exec.sandbox.service_definitions = defined;
+        crate::config::SandboxConfig::from_args(&exec.sandbox)
+            .map(|c| c.services)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn services_come_from_the_file_and_flags_and_unknown_ones_are_refused() {
+        use crate::sandbox::services::ServiceKind;
+        let file = "[services.postgres]\nmemory = \"1g\"\n\n[services.search]\nimage = \"example/search:2\"\nport = 9200\nenv = { MODE = \"single\" }\nsandbox-env = { SEARCH_URL = \"http://127.0.0.1:9200\" }\n";
+        // The file's services start unless --service names others.
+        let all = services_of(file, &["agentbox", "exec", "p", "--", "true"]).unwrap();
+        assert_eq!(all.len(), 2);
+        let pg = all.iter().find(|s| s.name == "postgres").unwrap();
+        assert_eq!((pg.kind, pg.memory_bytes), (Some(ServiceKind::Postgres), 1 << 30));
+        let search = all.iter().find(|s| s.name == "search").unwrap();
+        assert_eq!((search.kind, search.port), (None, Some(9200)));
+        assert_eq!(search.env, [("MODE".to_string(), "single".to_string())]);
+        let named = services_of(
+            file,
+            &[
+                "agentbox",
+                "exec",
+                "--service",
+                "redis",
+                "--service-timeout",
+                "5",
+                "p",
+                "--",
+                "true",
+            ],
+        )
+        .unwrap();
+        assert_eq!(named.len(), 1);
+        assert_eq!(
+            (named[0].kind, named[0].ready_timeout.as_secs()),
+            (Some(ServiceKind::Redis), 5)
+        );
+        // A known name on another image keeps its port and connection variables.
+        let other = services_of(
+            "",
+            &[
+                "agentbox",
+                "exec",
+                "--service",
+                "postgres=example/pg:16",
+                "p",
+                "--",
+                "true",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (other[0].kind, other[0].port, other[0].image.as_str()),
+            (None, Some(5432), "example/pg:16")
+        );
+        assert!(other[0].sandbox_env.iter().any(|(k, _)| k == "DATABASE_URL"));
+
+        let err =
+            services_of("", &["agentbox", "exec", "--service", "mongo", "p", "--", "true"]).unwrap_err();
+        assert!(
+            err.contains("mongo=IMAGE") && err.contains("[services.mongo]"),
+            "{err}"
+        );
+        let err = services_of(
+            "",
+            &[
+                "agentbox",
+                "exec",
+                "--service",
+                "postgres",
+                "--service",
+                "pg=example/pg:5432",
+                "--service",
+                "mysql",
+                "p",
+                "--",
+                "true",
+            ],
+        );
+        assert!(err.is_ok(), "different ports: {err:?}");
+        let err = services_of(
+            "[services.x]\nimage = \"a\"\nport = 6379\n",
+            &[
+                "agentbox",
+                "exec",
+                "--service",
+                "x",
+                "--service",
+                "redis",
+                "p",
+                "--",
+                "true",
+            ],
+        )
+        .unwrap_err();
+        assert!(err.contains("port 6379"), "{err}");
+        let err = services_of(
+            "[services.x]\nimage = \"a\"\ncolour = 1\n",
+            &["agentbox", "exec", "p", "--", "true"],
+        )
+        .unwrap_err();
+        assert!(err.contains("`colour`") && err.contains("sandbox-env"), "{err}");
+        let err = services_of(
+            "[services.x]\nport = 1\n",
+            &["agentbox", "exec", "p", "--", "true"],
+        )
+        .unwrap_err();
+        assert!(err.contains("needs an image"), "{err}");
     }
 }

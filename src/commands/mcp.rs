@@ -36,6 +36,9 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
+    for hint in crate::project::services::service_hints(&args.project, &cfg.services) {
+        errln!("agentbox: hint: {}", crate::output::escaped(&hint));
+    }
     let timeout = cfg.command_timeout_for(&cfg.image);
     let settings = ToolSettings {
         command_timeout: timeout,

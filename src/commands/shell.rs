@@ -100,6 +100,9 @@ pub async fn interactive(
     for warning in crate::toolchain::toolchain_warnings(&cfg.image, project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
+    for hint in crate::project::services::service_hints(project, &cfg.services) {
+        errln!("agentbox: hint: {}", crate::output::escaped(&hint));
+    }
     let name = prompt_name(project);
     errln!(
         "agentbox: a shell in sandbox {} ({}), the project {}at /workspace, no network. Leave with \

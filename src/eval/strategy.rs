@@ -108,6 +108,7 @@ async fn check_local(base: &AgentSettings) -> Result<(), EvalError> {
         )
         .await?;
     }
+    crate::session::ensure_service_images(&docker, &base.sandbox).await?;
     Ok(())
 }
 

@@ -24,6 +24,7 @@ pub mod node;
 pub mod python;
 pub mod results;
 pub mod rust;
+pub mod services;
 pub mod setup;
 pub mod test_config;
 

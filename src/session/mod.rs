@@ -21,7 +21,7 @@ pub mod trust;
 
 pub use error::SessionError;
 pub use isolated::{IsolatedCopy, PatchWritten};
-pub use open::{open_sandbox, open_spec};
+pub use open::{ensure_service_images, open_sandbox, open_spec};
 pub use setup::{ProjectPlan, choose_image, event_sinks, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};

@@ -27,6 +27,15 @@ pub async fn open_spec(
 ) -> Result<(Docker, DockerSandbox), SandboxError> {
     let docker = connect_docker().await?;
     ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut stderr_progress).await?;
+    ensure_service_images(&docker, cfg).await?;
     let sandbox = DockerSandbox::create(&docker, spec).await?;
     Ok((docker, sandbox))
+}
+
+/// Make sure every `--service`'s image exists (agentbox's own are built on first use).
+pub async fn ensure_service_images(docker: &Docker, cfg: &SandboxConfig) -> Result<(), SandboxError> {
+    for service in &cfg.services {
+        ensure_image(docker, &service.image, &cfg.cleanup, &mut stderr_progress).await?;
+    }
+    Ok(())
 }

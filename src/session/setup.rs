@@ -224,6 +224,11 @@ impl Session {
                 message: format!("WARNING: {warning}"),
             });
         }
+        for hint in crate::project::services::service_hints(project, &settings.sandbox.services) {
+            events.emit(&Event::Note {
+                message: format!("hint: {hint}"),
+            });
+        }
         Ok(Session {
             sandbox,
             model,

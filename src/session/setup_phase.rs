@@ -436,8 +436,12 @@ pub async fn run(
         note(
             events,
             format!(
-                "WARNING: --agent-network allowlist: the agent's commands can reach {}",
-                describe(&proxy)
+                "WARNING: --agent-network allowlist: the agent's commands can reach {} through \
+                 the HTTP proxy at 127.0.0.1:{} (HTTP_PROXY, HTTPS_PROXY), not directly: a client \
+                 that ignores the proxy variables (a database driver) gets no route; for a \
+                 database, use --service",
+                describe(&proxy),
+                crate::sandbox::EGRESS_PORT
             ),
         );
         outcome.proxy = Some(proxy);
@@ -508,6 +512,8 @@ async fn fill(
     let quiet = Quiet::default();
     let proxy = start_proxy(settings, events, log, "setup", quiet.clone())?;
     let mut setup_cfg = cfg.clone();
+    // Services are the agent's, for its tests: setup installs, it does not test.
+    setup_cfg.services.clear();
     setup_cfg.extras = Extras {
         forwards: vec![crate::sandbox::Forward::egress(
             crate::egress::transport::mount_source(&proxy).to_path_buf(),
@@ -1176,6 +1182,7 @@ pub async fn check_registry_tls(
         .tempdir()
         .map_err(SetupError::Scratch)?;
     let mut check_cfg = cfg.clone();
+    check_cfg.services.clear();
     check_cfg.extras = Extras {
         forwards: vec![crate::sandbox::Forward::egress(
             crate::egress::transport::mount_source(&proxy).to_path_buf(),

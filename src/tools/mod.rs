@@ -468,6 +468,15 @@ impl ToolRegistry {
                 ));
             }
         };
+        let ended = ctx.sandbox.ended_services();
+        if !ended.is_empty() {
+            // Said before the call, so a test does not wait on a server that is gone.
+            return error(format!(
+                "{}. This call was not run. The service's data is gone and connections to it are \
+                 refused from now on; tests that need it will fail, so say so when you finish",
+                ended.join("; ")
+            ));
+        }
         match tool.call(args, ctx).await {
             Ok(ToolOutput {
                 content,

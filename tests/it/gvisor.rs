@@ -53,6 +53,9 @@ async fn gvisor_sandbox_with(project: &Project, memory: &str, pids: i64, per_cal
         allow_weak_limits: false,
         host_scan_limit: 2_000_000,
         host_scan_timeout: 30,
+        service: Vec::new(),
+        service_timeout: 60,
+        service_definitions: Vec::new(),
     };
     let cfg = agentbox::config::SandboxConfig::from_args(&args).unwrap();
     sandbox_with(project, &cfg).await

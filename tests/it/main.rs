@@ -36,6 +36,7 @@ mod publish;
 mod render;
 mod repair;
 mod sandbox;
+mod services;
 mod setup;
 mod shell;
 mod terminal_compile;

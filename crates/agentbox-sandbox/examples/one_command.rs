@@ -43,6 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         read_only: true,
         cleanup: cleanup.clone(),
         extras: Extras::default(),
+        services: Vec::new(),
     };
     let docker = connect_docker().await?;
     let sandbox = DockerSandbox::create(&docker, spec).await?;

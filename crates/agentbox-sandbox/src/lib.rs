@@ -23,6 +23,7 @@ mod policy;
 mod project;
 pub mod publish;
 mod seccomp;
+pub mod services;
 pub mod tty;
 
 use std::time::Duration;
@@ -308,6 +309,9 @@ pub enum SandboxError {
     Image(#[from] image::ImageError),
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
+    /// A service (`--service`) that could not start or become ready.
+    #[error("the service {name} cannot serve the sandbox: {why}")]
+    Service { name: String, why: String },
     /// `--runtime NAME` that the daemon has not registered.
     #[error(
         "the Docker daemon has no runtime {name:?} (it knows: {known}); register it under \
@@ -458,6 +462,12 @@ pub trait Sandbox: Send + Sync {
 
     /// Every background process of this sandbox, as last seen, in the order started.
     fn process_log(&self) -> Vec<ProcessState> {
+        Vec::new()
+    }
+
+    /// Services (`SandboxSpec::services`) that stopped since the last call, each said once:
+    /// the next tool call tells the model instead of letting a test wait on a dead server.
+    fn ended_services(&self) -> Vec<String> {
         Vec::new()
     }
 }

@@ -305,6 +305,10 @@ fn security_opts() -> Vec<String> {
 /// misbehaving tool from taking the machine.
 pub(crate) const HELPER_PIDS: i64 = 64;
 pub(crate) const HELPER_MEMORY: i64 = 256 << 20;
+/// Processes of one service: a database's workers and connections.
+pub(crate) const SERVICE_PIDS: i64 = 256;
+/// Label naming the service a container runs (beside the session's).
+pub(crate) const SERVICE_LABEL: &str = "agentbox.service";
 
 /// What a helper container is: its image, user, command and labels; the rest is
 /// [`locked_down`]'s.
@@ -451,6 +455,8 @@ pub struct SandboxSpec {
     pub cleanup: super::cleanup::Cleanup,
     /// The egress socket, cache volumes and their environment, if any.
     pub extras: Extras,
+    /// Servers started beside it, in its network namespace (see `services`).
+    pub services: Vec<super::services::ServiceSpec>,
 }
 
 impl SandboxSpec {
@@ -478,7 +484,15 @@ impl SandboxSpec {
             // Its repository is read-only: git need not try to refresh the index on `status`.
             env.push("GIT_OPTIONAL_LOCKS=0".into());
         }
-        let mut extra: Vec<(String, String)> = self.extras.env.clone();
+        // A service's connection settings; where two set one variable (two databases and
+        // `DATABASE_URL`), the first named wins.
+        let mut extra: Vec<(String, String)> = Vec::new();
+        for (k, v) in self.services.iter().flat_map(|s| s.sandbox_env.iter()) {
+            if !extra.iter().any(|(e, _)| e == k) {
+                extra.push((k.clone(), v.clone()));
+            }
+        }
+        extra.extend(self.extras.env.iter().cloned());
         let forwards: Vec<String> = self.extras.forwards.iter().map(Forward::spec).collect();
         if !forwards.is_empty() {
             // The executor reads this to start forwarding; commands see it too, which tells
@@ -542,6 +556,68 @@ impl SandboxSpec {
         ]);
         labels.extend(self.labels.iter().cloned());
         labels
+    }
+
+    /// A service's container (see `services`): the helpers' lockdown (no capability, no new
+    /// privileges, agentbox's seccomp profile, a read-only root, the ulimits), never root, in the
+    /// sandbox's network namespace (`sandbox_id`), with its data and sockets on tmpfs mounts
+    /// counted against its own memory limit. Its log is kept (bounded) to say why it stopped.
+    pub(crate) fn service_body(
+        &self,
+        service: &super::services::ServiceSpec,
+        user: &str,
+        sandbox_id: &str,
+        engine: &EngineInfo,
+    ) -> ContainerCreateBody {
+        let mut labels = self.labels();
+        labels.insert(SERVICE_LABEL.to_string(), service.name.clone());
+        let mut body = locked_down(Helper {
+            image: &service.image,
+            user,
+            cmd: service.command.clone().unwrap_or_default(),
+            labels,
+            engine,
+            runtime: self.runtime.clone(),
+            max_file_bytes: self.limits.max_file_bytes,
+        });
+        if service.command.is_none() {
+            // The image's own entrypoint and command.
+            body.cmd = None;
+            body.entrypoint = None;
+        }
+        // The namespace is the sandbox's, which has only `lo`.
+        body.network_disabled = None;
+        body.env = Some(service.env.iter().map(|(k, v)| format!("{k}={v}")).collect());
+        if let Some(hc) = body.host_config.as_mut() {
+            hc.network_mode = Some(format!("container:{sandbox_id}"));
+            hc.memory = Some(service.memory_bytes);
+            hc.memory_swap = Some(service.memory_bytes);
+            hc.pids_limit = Some(SERVICE_PIDS);
+            hc.nano_cpus = Some((self.limits.cpus * 1e9) as i64);
+            // A quarter of the memory for the data, the rest for the server: both count
+            // against the one limit, so a test that fills the data ends in ENOSPC, not OOM.
+            let data = service.memory_bytes / 4;
+            let scratch = format!("rw,nosuid,nodev,size={},mode=1777", 64 << 20);
+            hc.tmpfs = Some(HashMap::from([
+                (
+                    super::services::SERVICE_DATA.to_string(),
+                    format!("rw,nosuid,nodev,size={data},mode=1777"),
+                ),
+                ("/tmp".to_string(), scratch.clone()),
+                (
+                    "/run".to_string(),
+                    format!("rw,nosuid,nodev,size={},mode=1777", 16 << 20),
+                ),
+            ]));
+            hc.log_config = Some(HostConfigLogConfig {
+                typ: Some("json-file".into()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), "1m".to_string()),
+                    ("max-file".to_string(), "1".to_string()),
+                ])),
+            });
+        }
+        body
     }
 
     /// A short-lived root container with only CAP_CHOWN that gives the fresh volume's root to
@@ -849,6 +925,7 @@ mod tests {
             read_only: false,
             cleanup: Default::default(),
             extras: Default::default(),
+            services: vec![],
         }
     }
 

@@ -180,6 +180,9 @@ mod tests {
             allow_weak_limits: false,
             host_scan_limit: 2_000_000,
             host_scan_timeout: 30,
+            service: Vec::new(),
+            service_timeout: 60,
+            service_definitions: Vec::new(),
         })
         .unwrap();
         cfg.runtime = runtime.map(String::from);

@@ -156,6 +156,9 @@ pub fn config() -> SandboxConfig {
         allow_weak_limits: false,
         host_scan_limit: 2_000_000,
         host_scan_timeout: 30,
+        service: Vec::new(),
+        service_timeout: 60,
+        service_definitions: Vec::new(),
     };
     SandboxConfig::from_args(&args).unwrap()
 }

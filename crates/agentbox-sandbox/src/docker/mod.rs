@@ -30,6 +30,7 @@ mod checks;
 mod death;
 mod exec;
 mod scratch;
+mod services;
 mod volume;
 
 use checks::{check_engine, remote_check};
@@ -79,6 +80,12 @@ pub struct DockerSandbox {
     processes: Mutex<Vec<ProcessState>>,
     /// A background process was asked for (its answer may have been dropped with its call).
     asked_for_processes: AtomicBool,
+    /// Its services (`SandboxSpec::services`), in the order started.
+    services: Mutex<Vec<Arc<services::RunningService>>>,
+    /// The spec the services start from again (for the verdict); `None` without services.
+    service_spec: Option<SandboxSpec>,
+    /// Service containers started so far: each gets a name of its own.
+    service_starts: std::sync::atomic::AtomicUsize,
 }
 
 impl DockerSandbox {
@@ -121,6 +128,14 @@ impl DockerSandbox {
             match (created, volume) {
                 (Ok(mut sb), volume) => {
                     sb.volume = volume;
+                    if !spec.services.is_empty() {
+                        sb.service_spec = Some(spec.clone());
+                    }
+                    if let Err(e) = sb.start_services(&spec).await {
+                        // Removes what was started, the sandbox and its volume.
+                        let _ = sb.shutdown().await;
+                        return Err(e);
+                    }
                     if sb.seed.is_some()
                         && let Err(e) = sb.seed_caches().await
                     {
@@ -254,6 +269,9 @@ impl DockerSandbox {
                 guard: Mutex::new(None),
                 processes: Mutex::new(Vec::new()),
                 asked_for_processes: AtomicBool::new(false),
+                services: Mutex::new(Vec::new()),
+                service_spec: None,
+                service_starts: std::sync::atomic::AtomicUsize::new(0),
             };
             if exec_mode == ExecMode::PerCall {
                 let n = sb.read_oom_kills().await;
@@ -396,6 +414,10 @@ impl DockerSandbox {
 impl Sandbox for DockerSandbox {
     fn info(&self) -> &SandboxInfo {
         &self.info
+    }
+
+    fn ended_services(&self) -> Vec<String> {
+        self.newly_ended_services()
     }
 
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
@@ -571,6 +593,7 @@ impl Sandbox for DockerSandbox {
         // the forced remove below makes it prompt and certain.
         self.executor.lock().await.take();
         self.keepalive.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.remove_services().await;
         remove_container(&self.docker, &id).await;
         if let Some(r) = self.registration.lock().unwrap_or_else(|e| e.into_inner()).take() {
             self.cleanup.release(r);

@@ -41,6 +41,7 @@ impl DockerSandbox {
     /// commands left it. For agentbox's own test run, once nothing runs any more: what the agent
     /// phase left there (a planted test binary with a fresh fingerprint, a Go test result, a
     /// `usercustomize.py`, a tool's configuration in `HOME`) could otherwise decide the verdict.
+    /// The services (`--service`) start again too, with no data.
     pub async fn fresh_scratch(&self) -> Result<(), SandboxError> {
         let dirs = SCRATCH.join(" ");
         // The sandbox user owns everything it wrote there; what it made unreadable is made
@@ -60,6 +61,7 @@ impl DockerSandbox {
                 out.stderr.to_text().trim()
             )));
         }
-        self.seed_caches().await
+        self.seed_caches().await?;
+        self.restart_services().await
     }
 }
