@@ -10,8 +10,9 @@ _default:
 build:
     cargo build --release --locked
 
-# Make sure the sandbox images exist (python, node, rust, go, polyglot; through Docker, or
-# offline from Debian packages).
+# Make sure the images exist: the sandboxes (python, node, rust, go, polyglot) and the test
+# services (postgres, redis, mariadb); through Docker, or offline from Debian packages, all in
+# one run.
 image profile="release":
     cargo build --locked {{ if profile == "release" { "--release" } else { "" } }}
     scripts/ensure-image target/{{ if profile == "release" { "release" } else { "debug" } }}/agentbox

@@ -297,17 +297,18 @@ pub enum ImageCommand {
     /// Build agentbox images (default: python) through the Docker API, or offline.
     Build(ImageBuildArgs),
     /// List the images agentbox knows how to build, whether each is present, and their
-    /// toolchains.
+    /// toolchains (a service image: where it listens).
     List,
 }
 
 #[derive(Debug, Args)]
 pub struct ImageBuildArgs {
-    /// Images to build: names from `agentbox image list` (python, node, rust, go, polyglot).
+    /// Images to build: names from `agentbox image list` (the sandboxes python, node, rust, go,
+    /// polyglot; the services postgres, redis, mariadb).
     #[arg(value_name = "NAME", conflicts_with = "all")]
     pub names: Vec<String>,
 
-    /// Build every image agentbox knows.
+    /// Build every image agentbox knows, the services' too.
     #[arg(long)]
     pub all: bool,
 

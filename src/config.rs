@@ -161,7 +161,8 @@ impl SandboxConfig {
             return self.command_timeout;
         }
         crate::sandbox::image::KnownImage::by_tag(image)
-            .map_or(DEFAULT_COMMAND_TIMEOUT, |k| k.command_timeout)
+            .and_then(|k| k.command_timeout())
+            .unwrap_or(DEFAULT_COMMAND_TIMEOUT)
     }
 
     /// The spec for a sandbox with `project` copied into a fresh volume from the tar `seed`.

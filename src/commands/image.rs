@@ -26,10 +26,14 @@ fn chosen(args: &ImageBuildArgs) -> Result<Vec<&'static KnownImage>, UsageError>
     let mut images: Vec<&'static KnownImage> = Vec::new();
     for name in &args.names {
         let known = KnownImage::by_name(name).ok_or_else(|| {
-            let names: Vec<&str> = KNOWN.iter().map(|k| k.name).collect();
+            let names = |images: &mut dyn Iterator<Item = &'static KnownImage>| {
+                images.map(|k| k.name).collect::<Vec<_>>().join(", ")
+            };
             UsageError(format!(
-                "unknown image {name:?}; agentbox builds: {} (or --all)",
-                names.join(", ")
+                "unknown image {name:?}; agentbox builds the sandboxes {} and the services {} \
+                 (or --all)",
+                names(&mut KnownImage::sandboxes()),
+                names(&mut KnownImage::services())
             ))
         })?;
         if !images.iter().any(|k| k.name == known.name) {
@@ -127,16 +131,25 @@ async fn size_of(docker: &bollard::Docker, tag: &str) -> String {
 async fn list() -> anyhow::Result<u8> {
     let docker = connect_docker().await?;
     for k in KNOWN {
-        let state = match image_labels(&docker, k.tag).await? {
-            Some(labels) => {
-                let tools: Vec<String> = image_toolchains(&labels)
-                    .into_iter()
-                    .map(|(t, v)| format!("{} {v}", t.display()))
-                    .collect();
-                format!("present{}  {}", size_of(&docker, k.tag).await, tools.join(", "))
-            }
+        let labels = image_labels(&docker, k.tag).await?;
+        let state = match &labels {
+            Some(_) => format!("present{}", size_of(&docker, k.tag).await),
             None => "missing".to_string(),
         };
+        // A sandbox is told by its toolchains (its labels), a service by where it listens.
+        let what = match k.service() {
+            Some(s) => format!("service on 127.0.0.1:{} as {}", s.port, s.user),
+            None => labels
+                .map(|l| {
+                    image_toolchains(&l)
+                        .into_iter()
+                        .map(|(t, v)| format!("{} {v}", t.display()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default(),
+        };
+        let state = format!("{state}  {what}").trim_end().to_string();
         outln!("{:<9} {:<20} {}", k.name, k.tag, crate::output::escaped(&state));
         outln!(
             "          packages: {}",

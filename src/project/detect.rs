@@ -40,7 +40,7 @@ pub enum Ecosystem {
 }
 
 impl Ecosystem {
-    /// The agentbox image for it (`crate::sandbox::image::KnownImage::by_name`).
+    /// The agentbox image for it (`crate::sandbox::image::KnownImage::sandbox_named`).
     pub fn image_name(self) -> &'static str {
         match self {
             Ecosystem::Rust => "rust",

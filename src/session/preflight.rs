@@ -94,7 +94,7 @@ fn image_with(program: &str) -> Option<String> {
         p if p.starts_with("python") || p == "pytest" => Ecosystem::Python,
         _ => return None,
     };
-    KnownImage::by_name(eco.image_name()).map(|k| k.tag.to_string())
+    KnownImage::sandbox_named(eco.image_name()).map(|k| k.tag.to_string())
 }
 
 /// Step 4. `Err(Ok(..))`: a program is missing (a usage error, exit 2); `Err(Err(..))`: the

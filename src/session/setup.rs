@@ -70,9 +70,16 @@ pub async fn choose_image(cfg: &SandboxConfig, project: &Path, detection: &Detec
         detection,
         dev.as_ref(),
         present,
-        |name| KnownImage::by_name(name).map(|k| k.tag.to_string()),
+        sandbox_tag,
         DEFAULT_IMAGE,
     )
+}
+
+/// The tag of agentbox's sandbox image called `name` (what detection names: `rust`,
+/// `polyglot`). Never a service image's: a database image has no shell tools to run a project
+/// in.
+fn sandbox_tag(name: &str) -> Option<String> {
+    KnownImage::sandbox_named(name).map(|k| k.tag.to_string())
 }
 
 /// Detect, on the host, what `project` is; choose its image and test commands.
@@ -276,4 +283,26 @@ async fn open_session_sandbox(
             (sb, Some(isolation))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::{Ecosystem, POLYGLOT};
+
+    #[test]
+    fn a_project_is_only_ever_given_a_sandbox_image() {
+        let names =
+            [Ecosystem::Rust, Ecosystem::Go, Ecosystem::Node, Ecosystem::Python].map(Ecosystem::image_name);
+        for name in names.into_iter().chain([POLYGLOT]) {
+            let tag = sandbox_tag(name).unwrap_or_else(|| panic!("no sandbox image {name}"));
+            assert!(KnownImage::by_tag(&tag).unwrap().is_sandbox(), "{tag}");
+        }
+        // Were detection ever to name a service, the project would get the default instead.
+        for service in KnownImage::services() {
+            assert_eq!(sandbox_tag(service.name), None, "{}", service.name);
+            assert_eq!(sandbox_tag(service.tag), None, "{}", service.tag);
+        }
+        assert!(KnownImage::services().count() >= 3);
+    }
 }

@@ -1,13 +1,19 @@
-//! agentbox's images against the real daemon: each has its toolchain and the common tools, the
-//! sandbox user exists in every one while the root stays read-only, toolchain caches are on the
-//! session's volume (not HOME's tmpfs) and go with the sandbox, and a cold `cargo test` fits
-//! in the rust image's default timeout.
+//! agentbox's images against the real daemon: each sandbox image has its toolchain and the
+//! common tools, the sandbox user exists in every one while the root stays read-only, toolchain
+//! caches are on the session's volume (not HOME's tmpfs) and go with the sandbox, and a cold
+//! `cargo test` fits in the rust image's default timeout. Each service image's server starts
+//! from the catalogue's command with a read-only root, as its own user, with no capability,
+//! and answers its probe and a client.
+#![allow(
+    clippy::disallowed_macros,
+    reason = "a test's own report (how long a service took), not agentbox's output"
+)]
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::support::*;
-use agentbox::sandbox::image::{KNOWN, KnownImage, image_labels};
+use agentbox::sandbox::image::{KnownImage, ServiceDef, image_labels};
 use agentbox::sandbox::{DockerSandbox, ExecRequest, Sandbox};
 use bollard::Docker;
 
@@ -92,7 +98,7 @@ fn toolchain_checks(name: &str) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn every_image_has_its_toolchain_its_user_and_caches_on_disk() {
-    for known in KNOWN {
+    for known in KnownImage::sandboxes() {
         let project = Project::new(&[("hello.txt", "hi\n")]);
         let (docker, sb) = sandbox_of(&project, known.tag).await;
         let (uid, _) = project.owner();
@@ -283,4 +289,219 @@ fn a_project_asking_for_a_newer_toolchain_is_warned() {
         .output()
         .unwrap();
     assert!(!text(&out.stderr).contains("WARNING"), "{}", text(&out.stderr));
+}
+
+/// `argv` run in the container as `user`: its exit code and output.
+async fn exec_as(docker: &Docker, id: &str, user: &str, argv: &[&str]) -> (i64, String) {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    use futures_util::StreamExt;
+    let exec = docker
+        .create_exec(
+            id,
+            CreateExecOptions {
+                cmd: Some(argv.to_vec()),
+                user: Some(user),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } = docker.start_exec(&exec.id, None).await.unwrap() {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+    }
+    let code = docker
+        .inspect_exec(&exec.id)
+        .await
+        .unwrap()
+        .exit_code
+        .unwrap_or(-1);
+    (code, text)
+}
+
+/// A client using the service over TCP, as a project's tests in the sandbox would (the
+/// administrator without a password), and what it must print.
+fn client_check(name: &str) -> (&'static [&'static str], &'static str) {
+    match name {
+        "postgres" => (
+            &[
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "5432",
+                "-U",
+                "postgres",
+                "-Atc",
+                "create table t (x int); insert into t values (42); select x from t",
+            ],
+            "42",
+        ),
+        "redis" => (
+            &[
+                "sh",
+                "-c",
+                "redis-cli -h 127.0.0.1 -p 6379 set k 42 && redis-cli -h 127.0.0.1 -p 6379 get k",
+            ],
+            "42",
+        ),
+        "mariadb" => (
+            &[
+                "mariadb",
+                "--host=127.0.0.1",
+                "--port=3306",
+                "--user=root",
+                "-N",
+                "-e",
+                "create database app; create table app.t (x int); insert into app.t values (42); select x from app.t",
+            ],
+            "42",
+        ),
+        other => panic!("no client check for the service {other}"),
+    }
+}
+
+/// One service container as the runtime runs it: the catalogue's command, read-only root, its
+/// package's user, no capability, no new privileges, no network but the loopback, and an empty
+/// tmpfs at its data directory (mode 1777: the user's uid is the image's own) as the only
+/// writable place.
+async fn start_service(docker: &Docker, known: &KnownImage, service: &ServiceDef, session: &str) -> String {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{CreateContainerOptionsBuilder, StartContainerOptions};
+    let body = ContainerCreateBody {
+        image: Some(known.tag.into()),
+        cmd: Some(service.start.iter().map(|s| s.to_string()).collect()),
+        user: Some(service.user.into()),
+        labels: Some(HashMap::from([
+            ("agentbox.session".to_string(), session.to_string()),
+            ("agentbox.pid".to_string(), std::process::id().to_string()),
+        ])),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            tmpfs: Some(HashMap::from([(
+                service.data_dir.to_string(),
+                "rw,nosuid,nodev,mode=1777,size=256m".to_string(),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::default().name(session).build()),
+            body,
+        )
+        .await
+        .unwrap();
+    docker
+        .start_container(&created.id, None::<StartContainerOptions>)
+        .await
+        .unwrap();
+    created.id
+}
+
+#[tokio::test]
+async fn every_service_image_runs_locked_down_as_its_user_and_answers() {
+    let docker = docker().await;
+    for known in KnownImage::services() {
+        let service = known.service().unwrap();
+        assert!(
+            agentbox::sandbox::image::image_exists(&docker, known.tag)
+                .await
+                .unwrap(),
+            "this test needs {}: run `just image` (or `agentbox image build --all --offline`)",
+            known.tag
+        );
+        let session = format!("agentbox-svc-image-test-{}-{}", known.name, std::process::id());
+        let id = start_service(&docker, known, service, &session).await;
+        let checked = async {
+            let started = std::time::Instant::now();
+            loop {
+                let (code, out) = exec_as(&docker, &id, service.user, service.probe).await;
+                if code == 0 {
+                    break;
+                }
+                let running = docker
+                    .inspect_container(&id, None)
+                    .await
+                    .ok()
+                    .and_then(|c| c.state)
+                    .and_then(|s| s.running)
+                    .unwrap_or(false);
+                if !running || started.elapsed() > Duration::from_secs(60) {
+                    return Err(format!("not ready (running: {running}); the probe said: {out}"));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Speed is the benches' business; this is for the reader of a slow run.
+            println!("{}: ready in {:.2}s", known.name, started.elapsed().as_secs_f64());
+            let (code, out) = exec_as(&docker, &id, service.user, &["id", "-un"]).await;
+            if code != 0 || out.trim() != service.user {
+                return Err(format!("the user: {out}"));
+            }
+            // The server is the first process (the start script execs it), as the user, with
+            // no capability.
+            let (_, status) = exec_as(&docker, &id, service.user, &["cat", "/proc/1/status"]).await;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            if field("CapEff:") != "0000000000000000" || field("Name:") == "sh" {
+                return Err(format!("the server's process: {status}"));
+            }
+            let (client, expected) = client_check(known.name);
+            let (code, out) = exec_as(&docker, &id, service.user, client).await;
+            if code != 0 || out.lines().last().map(str::trim) != Some(expected) {
+                return Err(format!("the client ({code}): {out}"));
+            }
+            // Nothing but the tmpfs is writable.
+            let (code, out) = exec_as(&docker, &id, service.user, &["sh", "-c", "echo x > /tmp/probe"]).await;
+            if code == 0 || !out.contains("Read-only file system") {
+                return Err(format!("/tmp was writable ({code}): {out}"));
+            }
+            Ok(())
+        }
+        .await;
+        let logs = if checked.is_err() {
+            logs_of(&docker, &id).await
+        } else {
+            String::new()
+        };
+        agentbox::sandbox::remove_container(&docker, &id).await;
+        assert_eq!(containers_of_session(&docker, &session).await, 0, "{session}");
+        if let Err(e) = checked {
+            panic!("{}: {e}\n{logs}", known.name);
+        }
+    }
+}
+
+async fn logs_of(docker: &Docker, id: &str) -> String {
+    use bollard::query_parameters::LogsOptionsBuilder;
+    use futures_util::StreamExt;
+    let mut logs = docker.logs(
+        id,
+        Some(
+            LogsOptionsBuilder::default()
+                .stdout(true)
+                .stderr(true)
+                .tail("40")
+                .build(),
+        ),
+    );
+    let mut text = String::new();
+    while let Some(Ok(chunk)) = logs.next().await {
+        text.push_str(&chunk.to_string());
+    }
+    text
 }

@@ -8,11 +8,15 @@ use crate::sandbox::image::{KNOWN, KnownImage, image_exists, image_labels, which
 use crate::toolchain::image_toolchains;
 
 pub(super) async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Report) -> bool {
-    // agentbox's images: which are here (a session picks one by project, so any may be needed).
+    // agentbox's images: which are here. A session picks a sandbox by project, so any may be
+    // needed; a service image only by a session asking for that service.
     let mut missing = Vec::new();
     let mut present = Vec::new();
+    let mut services_missing = Vec::new();
+    let mut services_present = Vec::new();
     for known in KNOWN {
         match image_labels(docker, known.tag).await {
+            Ok(Some(_)) if known.service().is_some() => services_present.push(known.tag.to_string()),
             Ok(Some(labels)) => {
                 let tools: Vec<String> = image_toolchains(&labels)
                     .into_iter()
@@ -20,6 +24,7 @@ pub(super) async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Re
                     .collect();
                 present.push(format!("{} ({})", known.tag, tools.join(", ")));
             }
+            Ok(None) if known.service().is_some() => services_missing.push(known),
             Ok(None) => missing.push(known),
             Err(e) => {
                 r.line(Level::Fail, "images", e.to_string(), None);
@@ -36,18 +41,6 @@ pub(super) async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Re
         );
     }
     if !missing.is_empty() {
-        let names: Vec<&str> = missing.iter().map(|k| k.name).collect();
-        let fix = if which("mmdebstrap").is_some() {
-            format!(
-                "agentbox image build {0}   (needs a registry), or offline: agentbox image build {0} --offline   (just image builds them all)",
-                names.join(" ")
-            )
-        } else {
-            format!(
-                "agentbox image build {0}   (needs a registry), or offline: apt-get install mmdebstrap && agentbox image build {0} --offline",
-                names.join(" ")
-            )
-        };
         let tags: Vec<&str> = missing.iter().map(|k| k.tag).collect();
         r.line(
             Level::Warn,
@@ -56,12 +49,35 @@ pub(super) async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Re
                 "missing: {} (a session whose project needs one builds it, which needs a registry)",
                 tags.join(", ")
             ),
-            Some(&fix),
+            Some(&build_fix(&missing)),
+        );
+    }
+    if !services_present.is_empty() {
+        r.line(
+            Level::Ok,
+            "services",
+            format!("present: {}", services_present.join("; ")),
+            None,
+        );
+    }
+    if !services_missing.is_empty() {
+        let tags: Vec<&str> = services_missing.iter().map(|k| k.tag).collect();
+        r.line(
+            Level::Warn,
+            "services",
+            format!(
+                "missing: {} (needed only by a session with --service)",
+                tags.join(", ")
+            ),
+            Some(&build_fix(&services_missing)),
         );
     }
     // The image this check runs (`--image`, or the default).
     if KnownImage::by_tag(&cfg.image).is_some() {
-        let here = !missing.iter().any(|k| k.tag == cfg.image);
+        let here = !missing
+            .iter()
+            .chain(&services_missing)
+            .any(|k| k.tag == cfg.image);
         if !here {
             r.line(
                 Level::Fail,
@@ -90,5 +106,21 @@ pub(super) async fn check_image(docker: &Docker, cfg: &SandboxConfig, r: &mut Re
             r.line(Level::Fail, "image", e.to_string(), None);
             false
         }
+    }
+}
+
+/// How to build the missing images.
+fn build_fix(missing: &[&KnownImage]) -> String {
+    let names: Vec<&str> = missing.iter().map(|k| k.name).collect();
+    if which("mmdebstrap").is_some() {
+        format!(
+            "agentbox image build {0}   (needs a registry), or offline: agentbox image build {0} --offline   (just image builds them all)",
+            names.join(" ")
+        )
+    } else {
+        format!(
+            "agentbox image build {0}   (needs a registry), or offline: apt-get install mmdebstrap && agentbox image build {0} --offline",
+            names.join(" ")
+        )
     }
 }

@@ -122,7 +122,7 @@ async fn pull(
 }
 
 /// `docker build` through the API, from the Dockerfile and package list compiled in; then the
-/// toolchain labels.
+/// labels (a sandbox's toolchains).
 pub async fn build_with_docker(
     docker: &Docker,
     known: &KnownImage,

@@ -1,11 +1,13 @@
-//! Sandbox images: agentbox's own (`images/NAME/`), built through the Docker API from a tar
-//! context, or offline from Debian packages (mmdebstrap → import through the API) where no
-//! registry is reachable; any other image is pulled through the API.
+//! Images: agentbox's own (`images/NAME/`: the sandboxes, and the test services' databases),
+//! built through the Docker API from a tar context, or offline from Debian packages
+//! (mmdebstrap → import through the API) where no registry is reachable; any other image is
+//! pulled through the API.
 //!
-//! Both builds end the same way: a probe container reads the toolchain versions from the
-//! built image, and a one-line build on top of it records them as labels
+//! Both builds end the same way: for a sandbox image a probe container reads the toolchain
+//! versions from the built image, and a one-line build on top of it records them as labels
 //! (`org.agentbox.toolchain.rust=1.85.0`), so a session can compare them with what a project
-//! asks for without starting anything (see `toolchain`).
+//! asks for without starting anything (see `toolchain`); a service image gets the suite's
+//! label only.
 
 mod catalogue;
 mod debian;
@@ -18,7 +20,7 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 
-pub use catalogue::{KNOWN, KnownImage};
+pub use catalogue::{ImageKind, KNOWN, KnownImage, SERVICE_DATA_DIR, ServiceDef};
 pub use fetch::{build_with_docker, ensure_image};
 pub use offline::{Built, build_offline, which};
 pub use toolchain::{Toolchain, extract_version, image_toolchains, parse_probe, probe_script};

@@ -103,9 +103,10 @@ pub struct Built {
 }
 
 /// Build `images` offline: for each, mmdebstrap makes a minimal Debian root filesystem with its
-/// package list and streams it into an import through the Docker API; then the toolchain labels.
-/// The downloaded `.deb` files are shared: the polyglot image (which has every package) is built
-/// first when it is asked for, then the others in parallel from its downloads.
+/// package list and streams it into an import through the Docker API; then the labels (a
+/// sandbox's toolchains). The downloaded `.deb` files are shared: the polyglot image (which has
+/// every sandbox's package) is built first when it is asked for, then the others, the services
+/// too, in parallel from its downloads.
 pub async fn build_offline(
     docker: &Docker,
     images: &[&'static KnownImage],
@@ -195,6 +196,7 @@ async fn offline_one(
         .arg("--dpkgopt=path-exclude=/usr/share/locale/*")
         .arg(format!("--setup-hook={DEBS_IN}"))
         .arg(format!("--customize-hook={DEBS_OUT}"))
+        .args(remove_installed_state(known))
         .arg(DEBIAN_SUITE)
         .arg("-")
         .arg(work.sources())
@@ -266,8 +268,22 @@ async fn offline_one(
             tail,
         });
     }
-    progress(&format!("{}: reading the toolchain versions", known.name));
+    if known.is_sandbox() {
+        progress(&format!("{}: reading the toolchain versions", known.name));
+    }
     add_toolchain_labels(docker, known, &unlabelled, cleanup).await
+}
+
+/// The hook removing what the packages' maintainer scripts made that the image does without,
+/// as the Dockerfile's `rm -rf` does (none for a sandbox image). It runs outside the new root
+/// filesystem, at `$1`; the globs are the catalogue's own.
+fn remove_installed_state(known: &KnownImage) -> Option<String> {
+    let state = known.installed_state();
+    if state.is_empty() {
+        return None;
+    }
+    let paths: Vec<String> = state.iter().map(|p| format!("\"$1\"{p}")).collect();
+    Some(format!("--customize-hook=rm -rf {}", paths.join(" ")))
 }
 
 async fn import_rootfs(
@@ -279,7 +295,7 @@ async fn import_rootfs(
     let (repo, tag) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
     // What the Dockerfile's ENV, WORKDIR, LABEL and CMD lines give the other build.
     let changes = vec![
-        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        format!("ENV PATH={}", known.path()),
         "ENV LANG=C.UTF-8".to_string(),
         "WORKDIR /workspace".to_string(),
         format!(
@@ -315,4 +331,19 @@ pub fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offline_build_removes_what_the_dockerfile_removes() {
+        let postgres = KnownImage::by_name("postgres").unwrap();
+        assert_eq!(
+            remove_installed_state(postgres).as_deref(),
+            Some(r#"--customize-hook=rm -rf "$1"/var/lib/postgresql/* "$1"/etc/postgresql/*"#)
+        );
+        assert_eq!(remove_installed_state(KnownImage::by_name("rust").unwrap()), None);
+    }
 }

@@ -112,15 +112,20 @@ pub fn image_toolchains(labels: &HashMap<String, String>) -> Vec<(Toolchain, Str
         .collect()
 }
 
-/// Read the toolchain versions from the built image and tag it, with them as labels, as
-/// `known.tag`; the unlabelled tag goes.
+/// Read the toolchain versions from the built image and tag it, with them and the suite as
+/// labels, as `known.tag`; the unlabelled tag goes. A service image has no toolchain to read
+/// (and no shell command of a project ever runs in it): it gets the suite's label only.
 pub(super) async fn add_toolchain_labels(
     docker: &Docker,
     known: &KnownImage,
     unlabelled: &str,
     cleanup: &Cleanup,
 ) -> Result<(), ImageError> {
-    let versions = probe_toolchains(docker, unlabelled, cleanup).await?;
+    let versions = if known.is_sandbox() {
+        probe_toolchains(docker, unlabelled, cleanup).await?
+    } else {
+        Vec::new()
+    };
     let mut labels = vec![format!("{SUITE_LABEL}=\"{DEBIAN_SUITE}\"")];
     labels.extend(versions.iter().map(|(t, v)| format!("{}=\"{v}\"", t.label())));
     let dockerfile = format!("FROM {unlabelled}\nLABEL {}\n", labels.join(" "));
