@@ -253,7 +253,7 @@ async fn each_sandbox_has_its_own_redis_and_a_stopped_one_is_told_to_the_model()
             seen.contains(&format!("after: $2 s{i}")),
             "its own value, never the other's: {seen}"
         );
-        assert!(seen.contains("url: redis://127.0.0.1:6379/0"), "{seen}");
+        assert!(seen.contains("url: redis://127.0.0.1:6379\n"), "{seen}");
     }
 
     // A stop is told to the model once.
@@ -351,4 +351,27 @@ async fn eval_tasks_at_once_each_have_their_own_service() {
         && b["started_at"].as_f64().unwrap() < a["finished_at"].as_f64().unwrap();
     assert!(overlap, "the tasks ran one after another: {results:?}");
     assert_eq!(ran.status.code(), Some(0), "{stdout}");
+}
+
+/// MariaDB (also by the name `mysql`): its greeting on 127.0.0.1:3306, its variables set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_greets_on_the_sandboxs_loopback() {
+    if crate::support::under_gvisor() {
+        return;
+    }
+    let project = Project::new(&[("a.txt", "a\n")]);
+    let out = run(agentbox().args([
+        "exec",
+        "--service",
+        "mysql",
+        project.path().to_str().unwrap(),
+        "--",
+        "bash",
+        "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/3306 && head -c 60 <&3 | tr -cd '[:print:]'; echo; echo \"$DATABASE_URL $MYSQL_TCP_PORT\"",
+    ]));
+    let seen = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{seen}{}", text(&out.stderr));
+    assert!(seen.contains("MariaDB"), "{seen}");
+    assert!(seen.contains("mysql://root@127.0.0.1:3306 3306"), "{seen}");
 }

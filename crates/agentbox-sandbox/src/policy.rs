@@ -600,7 +600,7 @@ impl SandboxSpec {
             let scratch = format!("rw,nosuid,nodev,size={},mode=1777", 64 << 20);
             hc.tmpfs = Some(HashMap::from([
                 (
-                    super::services::SERVICE_DATA.to_string(),
+                    super::image::SERVICE_DATA_DIR.to_string(),
                     format!("rw,nosuid,nodev,size={data},mode=1777"),
                 ),
                 ("/tmp".to_string(), scratch.clone()),

@@ -9,18 +9,17 @@
 
 use std::time::Duration;
 
+use crate::image::ServiceDef;
+
 /// The services agentbox knows: its own images (built from Debian packages like the sandbox
-/// images), how they start read-only and non-root, how readiness is asked, and what the
-/// sandbox's commands are told to connect.
+/// images; how each starts read-only and non-root, and how readiness is asked, is the image
+/// catalogue's [`ServiceDef`]), and what the sandbox's commands are told to connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServiceKind {
     Postgres,
     Redis,
     Mariadb,
 }
-
-/// Where a known service keeps its data: a tmpfs of its own (never the project).
-pub const SERVICE_DATA: &str = "/var/lib/agentbox-service";
 
 impl ServiceKind {
     pub const ALL: [ServiceKind; 3] = [ServiceKind::Postgres, ServiceKind::Redis, ServiceKind::Mariadb];
@@ -35,11 +34,21 @@ impl ServiceKind {
         }
     }
 
+    /// Its image's name in the catalogue.
     pub fn name(self) -> &'static str {
         match self {
             ServiceKind::Postgres => "postgres",
             ServiceKind::Redis => "redis",
             ServiceKind::Mariadb => "mariadb",
+        }
+    }
+
+    /// How its image runs it.
+    pub fn def(self) -> &'static ServiceDef {
+        match self {
+            ServiceKind::Postgres => &crate::image::POSTGRES,
+            ServiceKind::Redis => &crate::image::REDIS,
+            ServiceKind::Mariadb => &crate::image::MARIADB,
         }
     }
 
@@ -53,92 +62,40 @@ impl ServiceKind {
     }
 
     pub fn port(self) -> u16 {
-        match self {
-            ServiceKind::Postgres => 5432,
-            ServiceKind::Redis => 6379,
-            ServiceKind::Mariadb => 3306,
-        }
-    }
-
-    /// The image's own unprivileged user, made by its Debian package (the server refuses root,
-    /// or should never be it).
-    pub fn user(self) -> &'static str {
-        match self {
-            ServiceKind::Postgres => "postgres",
-            ServiceKind::Redis => "redis",
-            ServiceKind::Mariadb => "mysql",
-        }
-    }
-
-    /// The server's command in agentbox's image: data in [`SERVICE_DATA`] (a tmpfs), sockets
-    /// in `/tmp`, listening on 127.0.0.1 only. Durability is off where the server allows it: the
-    /// data dies with the session anyway, and a test suite waits less.
-    pub fn command(self) -> Vec<String> {
-        let script = match self {
-            // Debian keeps the server's programs under a versioned directory, off PATH.
-            ServiceKind::Postgres => format!(
-                "set -e; PATH=$(echo /usr/lib/postgresql/*/bin):$PATH; \
-                 initdb -D {SERVICE_DATA}/pg -U postgres --auth=trust -E UTF8 --no-sync >/dev/null; \
-                 exec postgres -D {SERVICE_DATA}/pg -k /tmp -c listen_addresses=127.0.0.1 \
-                 -c port=5432 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            ),
-            ServiceKind::Redis => "exec redis-server --bind 127.0.0.1 --port 6379 --save '' \
-                 --appendonly no --dir /tmp --protected-mode no"
-                .to_string(),
-            ServiceKind::Mariadb => format!(
-                "set -e; mariadb-install-db --datadir={SERVICE_DATA}/db --user=mysql \
-                 --auth-root-authentication-method=normal --skip-test-db >/dev/null; \
-                 exec mariadbd --datadir={SERVICE_DATA}/db --socket=/tmp/mysqld.sock \
-                 --pid-file=/tmp/mysqld.pid --bind-address=127.0.0.1 --port=3306 \
-                 --skip-name-resolve --innodb-flush-log-at-trx-commit=0"
-            ),
-        };
-        vec!["sh".into(), "-c".into(), script]
+        self.def().port
     }
 
     /// A command run inside the service's container that exits 0 once it takes connections.
     pub fn probe(self) -> Vec<String> {
-        let script = match self {
-            ServiceKind::Postgres => {
-                "PATH=$(echo /usr/lib/postgresql/*/bin):$PATH; pg_isready -q -h 127.0.0.1 -p 5432 -U postgres"
-            }
-            ServiceKind::Redis => "test \"$(redis-cli -h 127.0.0.1 -p 6379 ping)\" = PONG",
-            ServiceKind::Mariadb => "mariadb-admin --protocol=tcp -h 127.0.0.1 -P 3306 -u root ping",
-        };
-        vec!["sh".into(), "-c".into(), script.into()]
+        self.def().probe.iter().map(|a| a.to_string()).collect()
     }
 
-    /// What the sandbox's commands are told, so the usual clients connect with no flags.
+    /// What the sandbox's commands are told, so the usual clients connect with no flags. The
+    /// servers let their administrator in without a password, over the namespace's loopback.
     pub fn connection_env(self) -> Vec<(String, String)> {
-        let pairs: &[(&str, &str)] = match self {
+        let def = self.def();
+        let port = def.port.to_string();
+        let mut env = vec![("DATABASE_URL", def.url.to_string())];
+        let more: &[(&str, &str)] = match self {
             ServiceKind::Postgres => &[
-                (
-                    "DATABASE_URL",
-                    "postgresql://postgres:postgres@127.0.0.1:5432/postgres",
-                ),
                 ("PGHOST", "127.0.0.1"),
-                ("PGPORT", "5432"),
                 ("PGUSER", "postgres"),
-                ("PGPASSWORD", "postgres"),
                 ("PGDATABASE", "postgres"),
             ],
-            ServiceKind::Redis => &[
-                ("REDIS_URL", "redis://127.0.0.1:6379/0"),
-                ("REDIS_HOST", "127.0.0.1"),
-                ("REDIS_PORT", "6379"),
-            ],
-            ServiceKind::Mariadb => &[
-                ("DATABASE_URL", "mysql://root@127.0.0.1:3306/mysql"),
-                ("MYSQL_HOST", "127.0.0.1"),
-                ("MYSQL_TCP_PORT", "3306"),
-                ("MYSQL_USER", "root"),
-                ("MYSQL_DATABASE", "mysql"),
-            ],
+            ServiceKind::Redis => &[("REDIS_HOST", "127.0.0.1")],
+            ServiceKind::Mariadb => &[("MYSQL_HOST", "127.0.0.1"), ("MYSQL_USER", "root")],
         };
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        match self {
+            ServiceKind::Postgres => env.push(("PGPORT", port)),
+            ServiceKind::Redis => {
+                // Redis's own variable; `DATABASE_URL` is for the databases.
+                env[0].0 = "REDIS_URL";
+                env.push(("REDIS_PORT", port));
+            }
+            ServiceKind::Mariadb => env.push(("MYSQL_TCP_PORT", port)),
+        }
+        env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
+        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 }
 
@@ -184,8 +141,8 @@ impl ServiceSpec {
             image: kind.image().to_string(),
             kind: Some(kind),
             port: Some(kind.port()),
-            user: Some(kind.user().to_string()),
-            command: Some(kind.command()),
+            user: Some(kind.def().user.to_string()),
+            command: Some(kind.def().start.iter().map(|a| a.to_string()).collect()),
             env: Vec::new(),
             sandbox_env: kind.connection_env(),
             memory_bytes: DEFAULT_SERVICE_MEMORY,
@@ -266,7 +223,10 @@ mod tests {
         assert_eq!(ServiceKind::by_name("mongo"), None);
         for kind in ServiceKind::ALL {
             assert_eq!(ServiceKind::by_name(kind.name()), Some(kind));
-            assert_ne!(kind.user(), "root");
+            assert_ne!(kind.def().user, "root");
+            // The catalogue's image of that name runs it.
+            let image = crate::image::KnownImage::by_tag(kind.image()).unwrap();
+            assert_eq!(image.service(), Some(kind.def()));
             let spec = ServiceSpec::known(kind, kind.name());
             assert!(spec.sandbox_env.iter().all(|(_, v)| !v.is_empty()));
             // Every server listens on the namespace's loopback only.

@@ -100,6 +100,113 @@ pub const SERVICE_DATA_DIR: &str = "/var/lib/agentbox-service";
 /// Debian's PATH, the one both builds give an image unless its service adds a directory.
 const DEBIAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// agentbox/postgres's server (see [`ServiceDef`]).
+pub(crate) const POSTGRES: ServiceDef = ServiceDef {
+    // initdb without fsync and the server with fsync off: the data is on a tmpfs and
+    // thrown away with the container. The Unix socket goes to the data directory, as
+    // /run/postgresql is read-only.
+    start: &[
+        "sh",
+        "-c",
+        "initdb -D /var/lib/agentbox-service/data -U postgres --auth=trust --no-sync \
+         --no-instructions && exec postgres -D /var/lib/agentbox-service/data \
+         -k /var/lib/agentbox-service -c listen_addresses=127.0.0.1 -c port=5432 -c fsync=off",
+    ],
+    probe: &[
+        "pg_isready",
+        "-q",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        "5432",
+        "-U",
+        "postgres",
+    ],
+    port: 5432,
+    url: "postgresql://postgres@127.0.0.1:5432/postgres",
+    user: "postgres",
+    data_dir: SERVICE_DATA_DIR,
+    // Debian's /usr/bin has only the client wrappers (Perl, picking a version per
+    // cluster); initdb and postgres are here. Trixie's PostgreSQL is 17, for as long as
+    // the suite (`DEBIAN_SUITE`) is trixie.
+    bin_dir: Some("/usr/lib/postgresql/17/bin"),
+    // The `main` cluster postgresql-common's postinst creates (39 MB), and its
+    // configuration: what pg_dropcluster would remove.
+    installed_state: &["/var/lib/postgresql/*", "/etc/postgresql/*"],
+};
+
+/// agentbox/redis's server (see [`ServiceDef`]).
+pub(crate) const REDIS: ServiceDef = ServiceDef {
+    // No configuration file (Debian's would daemonize and write to /var/log), no
+    // snapshot and no append-only file: nothing is written, the directory is only
+    // where a snapshot would go if a test asked for one.
+    start: &[
+        "redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "6379",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        "/var/lib/agentbox-service",
+    ],
+    // redis-cli exits 0 on an error reply too (a server still loading says LOADING):
+    // ready is PONG.
+    probe: &[
+        "sh",
+        "-c",
+        "test \"$(redis-cli -h 127.0.0.1 -p 6379 ping)\" = PONG",
+    ],
+    port: 6379,
+    url: "redis://127.0.0.1:6379",
+    user: "redis",
+    data_dir: SERVICE_DATA_DIR,
+    bin_dir: None,
+    installed_state: &[],
+};
+
+/// agentbox/mariadb's server (see [`ServiceDef`]).
+pub(crate) const MARIADB: ServiceDef = ServiceDef {
+    // The options both take in `o`. --auth-root-authentication-method=normal: root with
+    // an empty password, also as root@127.0.0.1 (the default is root by Unix socket
+    // only, which a test in the sandbox cannot reach). --skip-name-resolve: no lookup
+    // of the client's address. The temporary directory is in the tmpfs (/tmp is
+    // read-only). No native AIO: io_uring is refused by agentbox's seccomp profile and
+    // libaio is one more thing a runtime may lack. A 16 MB redo log and the undo log in
+    // the system tablespace: the default 96 MB log and three 10 MB undo files would be
+    // 130 MB of the tmpfs, charged to the container's memory, for a test database.
+    start: &[
+        "sh",
+        "-c",
+        "o='--datadir=/var/lib/agentbox-service/data --tmpdir=/var/lib/agentbox-service/tmp \
+         --skip-name-resolve --innodb-use-native-aio=0 --innodb-log-file-size=16M \
+         --innodb-undo-tablespaces=0' && mkdir -p /var/lib/agentbox-service/tmp && \
+         mariadb-install-db $o --auth-root-authentication-method=normal --skip-test-db && \
+         exec mariadbd $o --socket=/var/lib/agentbox-service/mysqld.sock \
+         --pid-file=/var/lib/agentbox-service/mysqld.pid --bind-address=127.0.0.1 --port=3306",
+    ],
+    // Exits 0 once the server answers, whatever it answers.
+    probe: &[
+        "mariadb-admin",
+        "--host=127.0.0.1",
+        "--port=3306",
+        "--user=root",
+        "--silent",
+        "ping",
+    ],
+    port: 3306,
+    url: "mysql://root@127.0.0.1:3306",
+    user: "mysql",
+    data_dir: SERVICE_DATA_DIR,
+    bin_dir: None,
+    // The database mariadb-server's postinst initialises (143 MB, most of the image
+    // beside the programs).
+    installed_state: &["/var/lib/mysql/*"],
+};
+
 pub const KNOWN: &[KnownImage] = &[
     KnownImage {
         name: "python",
@@ -165,39 +272,7 @@ pub const KNOWN: &[KnownImage] = &[
             "/../../images/postgres/packages"
         )),
         includes: &[],
-        kind: ImageKind::Service(ServiceDef {
-            // initdb without fsync and the server with fsync off: the data is on a tmpfs and
-            // thrown away with the container. The Unix socket goes to the data directory, as
-            // /run/postgresql is read-only.
-            start: &[
-                "sh",
-                "-c",
-                "initdb -D /var/lib/agentbox-service/data -U postgres --auth=trust --no-sync \
-                 --no-instructions && exec postgres -D /var/lib/agentbox-service/data \
-                 -k /var/lib/agentbox-service -c listen_addresses=127.0.0.1 -c port=5432 -c fsync=off",
-            ],
-            probe: &[
-                "pg_isready",
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                "5432",
-                "-U",
-                "postgres",
-            ],
-            port: 5432,
-            url: "postgresql://postgres@127.0.0.1:5432/postgres",
-            user: "postgres",
-            data_dir: SERVICE_DATA_DIR,
-            // Debian's /usr/bin has only the client wrappers (Perl, picking a version per
-            // cluster); initdb and postgres are here. Trixie's PostgreSQL is 17, for as long as
-            // the suite (`DEBIAN_SUITE`) is trixie.
-            bin_dir: Some("/usr/lib/postgresql/17/bin"),
-            // The `main` cluster postgresql-common's postinst creates (39 MB), and its
-            // configuration: what pg_dropcluster would remove.
-            installed_state: &["/var/lib/postgresql/*", "/etc/postgresql/*"],
-        }),
+        kind: ImageKind::Service(POSTGRES),
         approx_mb: 399,
     },
     KnownImage {
@@ -208,37 +283,7 @@ pub const KNOWN: &[KnownImage] = &[
             "/../../images/redis/packages"
         )),
         includes: &[],
-        kind: ImageKind::Service(ServiceDef {
-            // No configuration file (Debian's would daemonize and write to /var/log), no
-            // snapshot and no append-only file: nothing is written, the directory is only
-            // where a snapshot would go if a test asked for one.
-            start: &[
-                "redis-server",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                "6379",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                "/var/lib/agentbox-service",
-            ],
-            // redis-cli exits 0 on an error reply too (a server still loading says LOADING):
-            // ready is PONG.
-            probe: &[
-                "sh",
-                "-c",
-                "test \"$(redis-cli -h 127.0.0.1 -p 6379 ping)\" = PONG",
-            ],
-            port: 6379,
-            url: "redis://127.0.0.1:6379",
-            user: "redis",
-            data_dir: SERVICE_DATA_DIR,
-            bin_dir: None,
-            installed_state: &[],
-        }),
+        kind: ImageKind::Service(REDIS),
         approx_mb: 86,
     },
     KnownImage {
@@ -249,43 +294,7 @@ pub const KNOWN: &[KnownImage] = &[
             "/../../images/mariadb/packages"
         )),
         includes: &[],
-        kind: ImageKind::Service(ServiceDef {
-            // The options both take in `o`. --auth-root-authentication-method=normal: root with
-            // an empty password, also as root@127.0.0.1 (the default is root by Unix socket
-            // only, which a test in the sandbox cannot reach). --skip-name-resolve: no lookup
-            // of the client's address. The temporary directory is in the tmpfs (/tmp is
-            // read-only). No native AIO: io_uring is refused by agentbox's seccomp profile and
-            // libaio is one more thing a runtime may lack. A 16 MB redo log and the undo log in
-            // the system tablespace: the default 96 MB log and three 10 MB undo files would be
-            // 130 MB of the tmpfs, charged to the container's memory, for a test database.
-            start: &[
-                "sh",
-                "-c",
-                "o='--datadir=/var/lib/agentbox-service/data --tmpdir=/var/lib/agentbox-service/tmp \
-                 --skip-name-resolve --innodb-use-native-aio=0 --innodb-log-file-size=16M \
-                 --innodb-undo-tablespaces=0' && mkdir -p /var/lib/agentbox-service/tmp && \
-                 mariadb-install-db $o --auth-root-authentication-method=normal --skip-test-db && \
-                 exec mariadbd $o --socket=/var/lib/agentbox-service/mysqld.sock \
-                 --pid-file=/var/lib/agentbox-service/mysqld.pid --bind-address=127.0.0.1 --port=3306",
-            ],
-            // Exits 0 once the server answers, whatever it answers.
-            probe: &[
-                "mariadb-admin",
-                "--host=127.0.0.1",
-                "--port=3306",
-                "--user=root",
-                "--silent",
-                "ping",
-            ],
-            port: 3306,
-            url: "mysql://root@127.0.0.1:3306",
-            user: "mysql",
-            data_dir: SERVICE_DATA_DIR,
-            bin_dir: None,
-            // The database mariadb-server's postinst initialises (143 MB, most of the image
-            // beside the programs).
-            installed_state: &["/var/lib/mysql/*"],
-        }),
+        kind: ImageKind::Service(MARIADB),
         approx_mb: 329,
     },
 ];

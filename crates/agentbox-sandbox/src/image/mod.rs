@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use bollard::Docker;
 
 pub use catalogue::{ImageKind, KNOWN, KnownImage, SERVICE_DATA_DIR, ServiceDef};
+pub(crate) use catalogue::{MARIADB, POSTGRES, REDIS};
 pub use fetch::{build_with_docker, ensure_image};
 pub use offline::{Built, build_offline, which};
 pub use toolchain::{Toolchain, extract_version, image_toolchains, parse_probe, probe_script};
