@@ -23,7 +23,10 @@ const MAX_BYTES: u64 = 256 * 1024;
 /// service of that kind is already `given`.
 pub fn service_hints(project: &Path, given: &[ServiceSpec]) -> Vec<String> {
     let mut files: Vec<String> = FILES.iter().map(|f| f.to_string()).collect();
-    if let Ok(entries) = std::fs::read_dir(project.join(WORKFLOWS)) {
+    let workflows = real_dirs(project, WORKFLOWS)
+        .then(|| std::fs::read_dir(project.join(WORKFLOWS)).ok())
+        .flatten();
+    if let Some(entries) = workflows {
         let mut names: Vec<String> = entries
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -36,7 +39,12 @@ pub fn service_hints(project: &Path, given: &[ServiceSpec]) -> Vec<String> {
     let mut found: Vec<ServiceKind> = Vec::new();
     for file in files {
         let path = project.join(&file);
-        // Never follow a link out of the project, nor read a huge file.
+        // Never follow a link out of the project (the file's or a directory's on the way), nor
+        // read a huge file.
+        let parent = Path::new(&file).parent().and_then(|p| p.to_str()).unwrap_or("");
+        if !parent.is_empty() && !real_dirs(project, parent) {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
@@ -62,6 +70,20 @@ pub fn service_hints(project: &Path, given: &[ServiceSpec]) -> Vec<String> {
         }
     }
     hints
+}
+
+/// Whether every directory of the relative path `rel` under `project` is a directory, not a
+/// link (which could lead anywhere on this machine).
+fn real_dirs(project: &Path, rel: &str) -> bool {
+    let mut at = project.to_path_buf();
+    for part in rel.split('/') {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The known servers `text` (YAML) names as images: `image: postgres:16`, a list item
@@ -136,5 +158,24 @@ mod tests {
         // A step that only mentions a name is not an image.
         assert!(named_images("- run: pip install redis\n- name: Start postgres\n").is_empty());
         assert!(service_hints(tempfile::tempdir().unwrap().path(), &[]).is_empty());
+
+        // A workflows directory that is a link is not followed (it could lead anywhere).
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("ci.yml"), "services:\n  - redis\n").unwrap();
+        let linked = tempfile::tempdir().unwrap();
+        std::fs::create_dir(linked.path().join(".github")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), linked.path().join(WORKFLOWS)).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), linked.path().join(".circleci")).unwrap();
+        std::fs::rename(
+            elsewhere.path().join("ci.yml"),
+            elsewhere.path().join("config.yml"),
+        )
+        .unwrap();
+        std::fs::copy(
+            elsewhere.path().join("config.yml"),
+            elsewhere.path().join("ci.yml"),
+        )
+        .unwrap();
+        assert!(service_hints(linked.path(), &[]).is_empty());
     }
 }
