@@ -31,6 +31,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
     cfg.cleanup = cleanup;
+    tracing::debug!(step = "config", "configuration read");
     let limit =
         parse_size(&args.output_limit).map_err(|e| UsageError(format!("--output-limit: {e}")))? as usize;
     if limit > 16 << 20 {
@@ -77,6 +78,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     let timeout = cfg.command_timeout_for(&cfg.image);
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
+    tracing::debug!(step = "command", "command done");
     if let Some(copy) = &copy {
         let _ = sandbox.interrupt().await;
         match copy.finish(&sandbox, timeout, &sandbox.info().session).await {
@@ -110,6 +112,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     drop(published);
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
+    tracing::debug!(step = "host scan after", "host scan after the run done");
     for w in &check.warnings {
         errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
     }
@@ -138,6 +141,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         }
         u8::try_from(out.exit_code).unwrap_or(1)
     };
+    tracing::debug!(step = "result written", "result written");
     Ok(code)
 }
 
@@ -322,7 +326,7 @@ pub(crate) async fn choose_image_quietly(
         let root = project.to_path_buf();
         let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
         let choice = crate::session::choose_image(cfg, project, &detection).await;
-        tracing::debug!(image = %choice.image, reason = %choice.reason, "image chosen");
+        tracing::debug!(step = "image choice", image = %choice.image, reason = %choice.reason, "image chosen");
         cfg.image = choice.image;
     }
     Ok(())
