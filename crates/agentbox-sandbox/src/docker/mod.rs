@@ -34,7 +34,8 @@ mod services;
 mod volume;
 
 use checks::{check_engine, remote_check};
-use death::{READ_OOM_KILLS, Seen, parse_oom_kills, watch_events};
+pub(crate) use death::{READ_OOM_KILLS, parse_oom_kills};
+use death::{Seen, watch_events};
 use exec::JOB_REQUEST_TIME;
 pub(crate) use exec::per_call_wrapper;
 use volume::prepare_volume;
