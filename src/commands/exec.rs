@@ -241,8 +241,9 @@ async fn stream(
     }
     drop(pump);
     tracing::trace!("command's streams ended");
-    // The memory cgroup's count is read (a Docker exec of its own, tens of ms) while the
-    // command's status is awaited, not after it: both only follow the command's end.
+    // The memory cgroup's count is read while the command's status is awaited, not after it:
+    // both only follow the command's end, and without the executor (`--per-call-exec`) the
+    // count is a Docker exec of its own, tens of ms.
     let status = async {
         // The daemon records the status a moment after the streams close: asked again after
         // 5 ms, the pause doubling up to 100 ms, for up to ~5 s as before.
