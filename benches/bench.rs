@@ -305,8 +305,136 @@ async fn round_trips(n: usize) {
     row("write: `sh -c 'cat > tmp && mv'` on the host", &s, "ms", "");
 }
 
+/// The steps of `agentbox exec P -- true`, in the order they end; each row is the time from
+/// the end of the step before (the first: from the spawn) to the `step=...` debug event that
+/// ends it, and "exit" is the last event to the process's exit as `wait` sees it.
+const STEPS: &[(&str, &str)] = &[
+    ("config", "spawn, runtime, CLI parsing, configuration read"),
+    ("image choice", "project detection, image chosen"),
+    ("host scan before", "the project's scan before the mount"),
+    ("image present", "daemon connection, image inspect"),
+    ("engine checks", "engine facts, limits"),
+    ("image facts", "the image's users for /etc"),
+    ("create", "create (daemon)"),
+    ("start", "attach + start (daemon)"),
+    ("executor ready", "the executor's handshake"),
+    ("command", "warnings' checks, then `true`"),
+    ("result written", "status lines written and flushed"),
+    ("kill", "executor and keep-alive closed"),
+    ("remove", "forced removal with its /var/tmp volume (daemon)"),
+    ("volume removal", "workspace volume (--isolate only)"),
+    ("host scan after", "the project's scan after the run"),
+    ("exit", "last event to the process's exit"),
+];
+
+/// Seconds since midnight (UTC) of a tracing-subscriber line's timestamp
+/// (`2026-12-04T20:01:02.123456Z ...`).
+fn log_time(line: &str) -> Option<f64> {
+    let stamp = line.split_whitespace().next()?;
+    let clock = stamp.split_once('T')?.1.trim_end_matches('Z');
+    let mut parts = clock.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+fn day_seconds(t: std::time::SystemTime) -> f64 {
+    (t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()) % 86400.0
+}
+
+/// Process start to exit of `agentbox exec P -- true`, step by step, beside `docker run --rm
+/// --network none IMAGE true`, the two alternated so that a noisy moment hits both.
+///
+/// How it measures: the real binary runs with `-v`; every step ends with a debug event carrying
+/// `step="..."`, whose timestamp (the subscriber's wall clock, microseconds) is compared with
+/// the wall clock taken just before the spawn and just after `wait` returns. The events cost a
+/// formatted line on stderr each (a few microseconds); nothing else is added to the path.
+fn start_to_exit(n: usize) {
+    let dir = project_with(&[("a.py", b"x = 1\n".to_vec())]);
+    let mut steps: Vec<Vec<f64>> = vec![Vec::new(); STEPS.len()];
+    let (mut total, mut to_result, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+    let cli = cli_available();
+    for _ in 0..n {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        c.args(["-v", "exec"]).arg(dir.path()).args(["--", "true"]);
+        c.env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let spawned = std::time::SystemTime::now();
+        let out = c.output().expect("spawn agentbox");
+        let exited = std::time::SystemTime::now();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let (t0, t_end) = (day_seconds(spawned), day_seconds(exited));
+        let mut marks: Vec<(f64, usize)> = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter_map(|l| {
+                let field = l.split("step=").nth(1)?;
+                let step = match field.strip_prefix('"') {
+                    Some(quoted) => quoted.split('"').next()?,
+                    None => field.split_whitespace().next()?,
+                };
+                let i = STEPS.iter().position(|(s, _)| *s == step)?;
+                Some((log_time(l)?, i))
+            })
+            .collect();
+        marks.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        marks.push((t_end, STEPS.len() - 1));
+        let mut before = t0;
+        for (t, i) in marks {
+            steps[i].push((t - before) * 1000.0);
+            before = t;
+            if STEPS[i].0 == "result written" {
+                to_result.push((t - t0) * 1000.0);
+            }
+        }
+        total.push((t_end - t0) * 1000.0);
+        if cli {
+            let mut d = Command::new("docker");
+            d.args(["run", "--rm", "--network", "none"]);
+            if let Some(r) = bench_runtime() {
+                d.args(["--runtime", &r]);
+            }
+            d.args([agentbox::sandbox::image::DEFAULT_IMAGE, "true"]);
+            d.stdout(Stdio::null()).stderr(Stdio::null());
+            let t = Instant::now();
+            assert!(d.status().unwrap().success());
+            plain.push(ms(t.elapsed()));
+        }
+    }
+    for ((name, what), xs) in STEPS.iter().zip(steps) {
+        if !xs.is_empty() {
+            row(&format!("exec step: {name}"), &stats(xs), "ms", what);
+        }
+    }
+    if !to_result.is_empty() {
+        row(
+            "`agentbox exec P -- true`: spawn → result written",
+            &stats(to_result),
+            "ms",
+            "",
+        );
+    }
+    let total = stats(total);
+    row("`agentbox exec P -- true`: spawn → exit", &total, "ms", "");
+    if cli {
+        let plain = stats(plain);
+        row(
+            "`docker run --rm --network none IMAGE true` (alternated)",
+            &plain,
+            "ms",
+            "the engine's floor",
+        );
+        println!(
+            "| {:<58} | {:>9.2} | {:>9} | ratio | median over median, same run |",
+            "exec / docker run --rm",
+            total.median / plain.median,
+            ""
+        );
+    }
+}
+
 /// Create → first command → removal, and where the time goes.
 async fn startup(n: usize) {
+    start_to_exit(n);
     let dir = project_with(&[("a.py", b"x = 1\n".to_vec())]);
     let docker = connect_docker().await.unwrap();
     let (mut create, mut first, mut remove, mut total) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -387,6 +515,62 @@ async fn startup(n: usize) {
         "the daemon's share",
     );
     row("create → first command done", &stats(total), "ms", "target < 500");
+    // What the session's anonymous `/var/tmp` volume (policy::CACHE_DIR) costs the daemon: the
+    // same bare container's forced removal with and without one, alternated.
+    let (mut bare, mut with_volume) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        for volume in [false, true] {
+            let name = format!("agentbox-bench-vol-{}-{i}-{volume}", std::process::id());
+            docker
+                .create_container(
+                    Some(
+                        bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                            .name(&name)
+                            .build(),
+                    ),
+                    bollard::models::ContainerCreateBody {
+                        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
+                        cmd: Some(vec!["sleep".into(), "60".into()]),
+                        labels: Some([("agentbox.session".to_string(), name.clone())].into()),
+                        host_config: Some(bollard::models::HostConfig {
+                            network_mode: Some("none".into()),
+                            runtime: bench_runtime(),
+                            // As the policy mounts it: a volume mount with no source.
+                            mounts: volume.then(|| {
+                                vec![bollard::models::Mount {
+                                    target: Some(agentbox::sandbox::CACHE_DIR.into()),
+                                    typ: Some(bollard::models::MountType::VOLUME),
+                                    ..Default::default()
+                                }]
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            docker
+                .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .unwrap();
+            let t = Instant::now();
+            agentbox::sandbox::remove_container(&docker, &name).await;
+            if volume { &mut with_volume } else { &mut bare }.push(ms(t.elapsed()));
+        }
+    }
+    row(
+        "forced removal of a bare running container",
+        &stats(bare),
+        "ms",
+        "the daemon's share",
+    );
+    row(
+        "the same with an anonymous volume at /var/tmp",
+        &stats(with_volume),
+        "ms",
+        "what the volume adds",
+    );
     row("removal", &stats(remove), "ms", "");
     if cli_available() {
         let s = time_cmd(

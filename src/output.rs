@@ -379,6 +379,28 @@ impl std::io::Write for CommandStream {
     }
 }
 
+/// Close stdout for whoever reads it, once a command has written all it will (`exec`, whose
+/// teardown follows): fd 1 is pointed at `/dev/null` after a flush, so a pipe's reader sees its
+/// end now, not at the process's exit. A failure leaves stdout as it was (it closes at exit).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "flushes what was written; writes nothing"
+)]
+pub fn end_stdout() {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    let mut stdout = std::io::stdout().lock();
+    if stdout.flush().is_err() {
+        return;
+    }
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return;
+    };
+    // SAFETY: dup2(2) on a descriptor we own onto fd 1, with stdout's lock held so no write
+    // interleaves; fd 1 stays valid (now /dev/null) for anything written later.
+    unsafe { libc::dup2(null.as_raw_fd(), crate::terminal::STDOUT) };
+}
+
 /// The writer of the debug log (`RUST_LOG`, `-v`): what it logs (a command, a server's reply)
 /// is escaped like everything else on stderr (tracing's own sanitizing leaves `\r` and the
 /// other C0 controls as they are).

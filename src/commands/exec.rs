@@ -31,6 +31,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
     cfg.cleanup = cleanup;
+    tracing::debug!(step = "config", "configuration read");
     let limit =
         parse_size(&args.output_limit).map_err(|e| UsageError(format!("--output-limit: {e}")))? as usize;
     if limit > 16 << 20 {
@@ -76,7 +77,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         errln!("agentbox: hint: {}", crate::output::escaped(&hint));
     }
     let timeout = cfg.command_timeout_for(&cfg.image);
+    tracing::trace!("warnings checked");
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
+    tracing::debug!(step = "command", "command done");
     if let Some(copy) = &copy {
         let _ = sandbox.interrupt().await;
         match copy.finish(&sandbox, timeout, &sandbox.info().session).await {
@@ -108,24 +111,41 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     // The ports close with the session, before its sandbox goes.
     drop(published);
+    // What was asked for is known: the output is written and the status can be said. Said
+    // now, and stdout closed, so a reader of the pipe goes on while the sandbox is removed.
+    // The process still exits only after the removal and the host's check ("no container
+    // outlives the run"; planted git metadata is moved out before exit); that check's
+    // findings are warnings that follow, and one it could not resolve still fails the run.
+    let code = match &result {
+        Ok(out) => say_status(out, &args.output_limit, timeout),
+        // The error is said by the caller, after the teardown.
+        Err(_) => 1,
+    };
+    crate::output::end_stdout();
+    tracing::debug!(step = "result written", "result written");
     sandbox.shutdown().await?;
     let check = sandbox.check_host().unwrap_or_default();
+    tracing::debug!(step = "host scan after", "host scan after the run done");
     for w in &check.warnings {
         errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
     }
     if check.unresolved {
-        // Said after the warnings, instead of the command's status: what the command left
-        // would run on this machine.
+        // What the command left would run on this machine: the run fails whatever its status.
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
-    let out = result?;
+    result?;
+    Ok(code)
+}
+
+/// The lines that follow the command's output (cut, timed out, killed), and the exit status.
+fn say_status(out: &crate::sandbox::ExecOutput, output_limit: &str, timeout: std::time::Duration) -> u8 {
     if out.truncated() {
         errln!(
             "agentbox: output was cut to the first and last {} of each stream (--output-limit)",
-            crate::output::escaped(&args.output_limit)
+            crate::output::escaped(output_limit)
         );
     }
-    let code = if out.timed_out {
+    if out.timed_out {
         errln!(
             "agentbox: {} (--command-timeout {} raises the limit)",
             crate::output::escaped(out.status_line()),
@@ -137,8 +157,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             errln!("agentbox: {}", crate::output::escaped(out.status_line()));
         }
         u8::try_from(out.exit_code).unwrap_or(1)
-    };
-    Ok(code)
+    }
 }
 
 /// Run `command` with its output written as it comes: the first `limit` bytes of each stream
@@ -158,6 +177,7 @@ async fn stream(
 
     let started = std::time::Instant::now();
     let oom_before = sandbox.oom_kills().await;
+    tracing::trace!("memory cgroup read");
     let attached = sandbox
         .attach_process(&AttachRequest {
             argv: command.to_vec(),
@@ -169,6 +189,7 @@ async fn stream(
         })
         .await?;
     let exec_id = attached.exec_id.clone();
+    tracing::trace!("command started");
     let mut output = attached.output;
     let mut input = Some(attached.input);
     let (pump, mut keys) = if interactive {
@@ -219,14 +240,26 @@ async fn stream(
         }
     }
     drop(pump);
-    let mut exit_code = None;
-    for _ in 0..50 {
-        if let Some(code) = sandbox.process_status(&exec_id).await? {
-            exit_code = Some(code);
-            break;
+    tracing::trace!("command's streams ended");
+    // The memory cgroup's count is read while the command's status is awaited, not after it:
+    // both only follow the command's end, and without the executor (`--per-call-exec`) the
+    // count is a Docker exec of its own, tens of ms.
+    let status = async {
+        // The daemon records the status a moment after the streams close: asked again after
+        // 5 ms, the pause doubling up to 100 ms, for up to ~5 s as before.
+        let mut pause = std::time::Duration::from_millis(5);
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(5) {
+            if let Some(code) = sandbox.process_status(&exec_id).await? {
+                return Ok::<_, crate::sandbox::SandboxError>(Some(code));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(100));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        Ok(None)
+    };
+    let (exit_code, oom_after) = tokio::join!(status, sandbox.oom_kills());
+    let exit_code = exit_code?;
     // Under gVisor an exec whose sandbox died can end at once with runsc's own status (128,
     // "waiting on PID ...: EOF"), a moment before the container is seen to stop: give the
     // container's end a moment to show, so the reason is said rather than a bare 128.
@@ -238,7 +271,6 @@ async fn stream(
         return Err(gone.into());
     }
     let exit_code = exit_code.unwrap_or(if timed_out { 137 } else { -1 });
-    let oom_after = sandbox.oom_kills().await;
     let (stdout, stderr) = (out.finish(&mut host_out), err.finish(&mut host_err));
     let _ = (host_out.finish(), host_err.finish());
     Ok(crate::sandbox::ExecOutput {
@@ -322,7 +354,7 @@ pub(crate) async fn choose_image_quietly(
         let root = project.to_path_buf();
         let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root)).await?;
         let choice = crate::session::choose_image(cfg, project, &detection).await;
-        tracing::debug!(image = %choice.image, reason = %choice.reason, "image chosen");
+        tracing::debug!(step = "image choice", image = %choice.image, reason = %choice.reason, "image chosen");
         cfg.image = choice.image;
     }
     Ok(())

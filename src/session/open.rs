@@ -28,6 +28,7 @@ pub async fn open_spec(
     let docker = connect_docker().await?;
     ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut stderr_progress).await?;
     ensure_service_images(&docker, cfg).await?;
+    tracing::debug!(step = "image present", "images present");
     let sandbox = DockerSandbox::create(&docker, spec).await?;
     Ok((docker, sandbox))
 }

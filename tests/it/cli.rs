@@ -436,3 +436,75 @@ fn the_import_cycle_check_finds_a_cycle_and_passes_the_source() {
         "a wrong directory is no pass"
     );
 }
+
+#[tokio::test]
+async fn sigkill_right_after_the_output_leaves_no_container() {
+    // `exec` writes the output and the status, closes stdout, then removes the sandbox: a kill
+    // in that window (a reader that saw the end of the output and stopped the process) finds
+    // the container running or half removed. The executor's stdin closes with the process, the
+    // container exits and the daemon's auto-removal finishes the job.
+    use tokio::io::AsyncReadExt;
+    let docker = docker().await;
+    let project = Project::new(&[]);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .arg("exec")
+        .arg(project.path())
+        .args(["--", "echo", "printed"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut out = Vec::new();
+    // To the end of stdout: with the teardown after it, that is the moment the output is all
+    // there and the removal has not necessarily begun.
+    tokio::time::timeout(Duration::from_secs(60), stdout.read_to_end(&mut out))
+        .await
+        .expect("no end of stdout")
+        .unwrap();
+    // SAFETY: kill(2) on our own child's pid, not yet reaped.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let status = child.wait().await.unwrap();
+    assert_eq!(text(&out), "printed\n");
+    let gone = eventually(Duration::from_secs(30), || async {
+        containers_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(
+        gone,
+        "{} container(s) left after SIGKILL (exit {status:?})",
+        containers_of_pid(&docker, pid).await
+    );
+}
+
+#[test]
+fn exec_says_when_the_memory_limit_killed_the_command_or_a_process_it_started() {
+    // The memory cgroup's count is read by the executor in its own process (no Docker exec),
+    // before and after the command: both reads must see the kill.
+    let project = Project::new(&[]);
+    let hog = "x = bytearray(400 * 1024 * 1024)";
+    let out = run(agentbox()
+        .arg("exec")
+        .args(["--memory", "128m"])
+        .arg(project.path())
+        .args(["--", "python3", "-c", hog]));
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("killed by the sandbox's memory limit (out of memory)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(agentbox()
+        .arg("exec")
+        .args(["--memory", "128m"])
+        .arg(project.path())
+        .args(["--", "sh", "-c", &format!("python3 -c '{hog}'; echo survived")]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "survived\n");
+    assert!(
+        text(&out.stderr).contains("the sandbox's memory limit killed a process it started"),
+        "{}",
+        text(&out.stderr)
+    );
+}

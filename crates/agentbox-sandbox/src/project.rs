@@ -93,6 +93,7 @@ pub fn bind_workspace(
             examples.join(", ")
         )));
     }
+    tracing::debug!(step = "host scan before", "host scan before the run done");
     let protection = hostscan::protection(&dir.path, &scan);
     let (linked_git, warnings) = match hostscan::git::linked_git(&dir.path, dir.uid) {
         None => (None, Vec::new()),

@@ -34,7 +34,8 @@ mod services;
 mod volume;
 
 use checks::{check_engine, remote_check};
-use death::{READ_OOM_KILLS, Seen, parse_oom_kills, watch_events};
+pub(crate) use death::{READ_OOM_KILLS, parse_oom_kills};
+use death::{Seen, watch_events};
 use exec::JOB_REQUEST_TIME;
 pub(crate) use exec::per_call_wrapper;
 use volume::prepare_volume;
@@ -97,6 +98,7 @@ impl DockerSandbox {
             remote_check(&spec)?;
             let engine = super::flavor::info(docker).await;
             check_engine(&engine, &spec)?;
+            debug!(step = "engine checks", "engine checked");
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register(Resource::Creating {
@@ -190,6 +192,11 @@ impl DockerSandbox {
             let body = spec.create_body(main, Some(etc.dir()), &engine);
             (Some(etc), body)
         };
+        debug!(
+            step = "image facts",
+            elapsed_ms = t0.elapsed().as_millis() as u64,
+            "image facts read"
+        );
         let (id, registration) = create_tracked(
             docker,
             &spec.cleanup,
@@ -200,7 +207,11 @@ impl DockerSandbox {
         )
         .await?;
         let mut registration = Some(registration);
-        debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container created");
+        debug!(
+            step = "create",
+            elapsed_ms = t0.elapsed().as_millis() as u64,
+            "container created"
+        );
         let events = watch_events(docker, &id);
         let result = async {
             let executor_mode = main == MainProcess::Executor;
@@ -224,7 +235,11 @@ impl DockerSandbox {
                 .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
                 .await
                 .map_err(|e| start_error(spec, &id, "start container", e))?;
-            debug!(elapsed_ms = t0.elapsed().as_millis() as u64, "container started");
+            debug!(
+                step = "start",
+                elapsed_ms = t0.elapsed().as_millis() as u64,
+                "container started"
+            );
             let (executor, keepalive) = if executor_mode {
                 match Executor::from_attach(attach).await {
                     Some(ex) => (Some(ex), None),
@@ -238,7 +253,12 @@ impl DockerSandbox {
             } else {
                 ExecMode::PerCall
             };
-            debug!(elapsed_ms = t0.elapsed().as_millis() as u64, %exec_mode, "sandbox ready");
+            debug!(
+                step = "executor ready",
+                elapsed_ms = t0.elapsed().as_millis() as u64,
+                %exec_mode,
+                "sandbox ready"
+            );
             let sb = DockerSandbox {
                 seed: spec.extras.seed.clone(),
                 docker: docker.clone(),
@@ -593,13 +613,16 @@ impl Sandbox for DockerSandbox {
         // the forced remove below makes it prompt and certain.
         self.executor.lock().await.take();
         self.keepalive.lock().unwrap_or_else(|e| e.into_inner()).take();
+        debug!(step = "kill", "executor and keep-alive ended");
         self.remove_services().await;
         remove_container(&self.docker, &id).await;
+        debug!(step = "remove", "sandbox container removed");
         if let Some(r) = self.registration.lock().unwrap_or_else(|e| e.into_inner()).take() {
             self.cleanup.release(r);
         }
         if let Some((name, _)) = &self.volume {
             remove_volume(&self.docker, name).await;
+            debug!(step = "volume removal", "workspace volume removed");
         }
         Ok(())
     }
