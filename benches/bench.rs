@@ -469,32 +469,7 @@ async fn startup(n: usize) {
     for i in 0..n {
         let name = format!("agentbox-bench-raw-{}-{i}", std::process::id());
         let t0 = Instant::now();
-        docker
-            .create_container(
-                Some(
-                    bollard::query_parameters::CreateContainerOptionsBuilder::default()
-                        .name(&name)
-                        .build(),
-                ),
-                bollard::models::ContainerCreateBody {
-                    image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
-                    cmd: Some(vec!["sleep".into(), "60".into()]),
-                    labels: Some([("agentbox.session".to_string(), name.clone())].into()),
-                    host_config: Some(bollard::models::HostConfig {
-                        network_mode: Some("none".into()),
-                        // The same runtime as the sandboxes above, so the share compares.
-                        runtime: bench_runtime(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        docker
-            .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
-            .await
-            .unwrap();
+        bare_container(&docker, &name, None).await;
         raw.push(ms(t0.elapsed()));
         docker
             .remove_container(
@@ -521,39 +496,13 @@ async fn startup(n: usize) {
     for i in 0..n {
         for volume in [false, true] {
             let name = format!("agentbox-bench-vol-{}-{i}-{volume}", std::process::id());
-            docker
-                .create_container(
-                    Some(
-                        bollard::query_parameters::CreateContainerOptionsBuilder::default()
-                            .name(&name)
-                            .build(),
-                    ),
-                    bollard::models::ContainerCreateBody {
-                        image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
-                        cmd: Some(vec!["sleep".into(), "60".into()]),
-                        labels: Some([("agentbox.session".to_string(), name.clone())].into()),
-                        host_config: Some(bollard::models::HostConfig {
-                            network_mode: Some("none".into()),
-                            runtime: bench_runtime(),
-                            // As the policy mounts it: a volume mount with no source.
-                            mounts: volume.then(|| {
-                                vec![bollard::models::Mount {
-                                    target: Some(agentbox::sandbox::CACHE_DIR.into()),
-                                    typ: Some(bollard::models::MountType::VOLUME),
-                                    ..Default::default()
-                                }]
-                            }),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .unwrap();
-            docker
-                .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .unwrap();
+            // As the policy mounts it: a volume mount with no source.
+            let mount = volume.then(|| bollard::models::Mount {
+                target: Some(agentbox::sandbox::CACHE_DIR.into()),
+                typ: Some(bollard::models::MountType::VOLUME),
+                ..Default::default()
+            });
+            bare_container(&docker, &name, mount).await;
             let t = Instant::now();
             agentbox::sandbox::remove_container(&docker, &name).await;
             if volume { &mut with_volume } else { &mut bare }.push(ms(t.elapsed()));
@@ -593,6 +542,38 @@ async fn startup(n: usize) {
             "for scale",
         );
     }
+}
+
+/// A running container of the default image with no policy, no executor (`sleep 60`), in no
+/// network, under the bench's runtime, labelled for gc; `mount` if given.
+async fn bare_container(docker: &bollard::Docker, name: &str, mount: Option<bollard::models::Mount>) {
+    docker
+        .create_container(
+            Some(
+                bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                    .name(name)
+                    .build(),
+            ),
+            bollard::models::ContainerCreateBody {
+                image: Some(agentbox::sandbox::image::DEFAULT_IMAGE.into()),
+                cmd: Some(vec!["sleep".into(), "60".into()]),
+                labels: Some([("agentbox.session".to_string(), name.to_string())].into()),
+                host_config: Some(bollard::models::HostConfig {
+                    network_mode: Some("none".into()),
+                    // The same runtime as the sandboxes, so the share compares.
+                    runtime: bench_runtime(),
+                    mounts: mount.map(|m| vec![m]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    docker
+        .start_container(name, None::<bollard::query_parameters::StartContainerOptions>)
+        .await
+        .unwrap();
 }
 
 struct Quiet;
