@@ -375,3 +375,62 @@ async fn mariadb_greets_on_the_sandboxs_loopback() {
     assert!(seen.contains("MariaDB"), "{seen}");
     assert!(seen.contains("mysql://root@127.0.0.1:3306 3306"), "{seen}");
 }
+
+/// A service has no tie to its sandbox's keep-alive: when agentbox is killed outright its
+/// service runs on — until the next agentbox that starts services on this machine removes it
+/// (or `agentbox gc`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runs_service_is_removed_by_the_next_run_with_services() {
+    if crate::support::under_gvisor() {
+        return;
+    }
+    let project = Project::new(&[("a.txt", "a\n")]);
+    let path = project.path().to_str().unwrap();
+    let mut killed = agentbox()
+        .args([
+            "exec",
+            "--service",
+            "redis",
+            path,
+            "--",
+            "sh",
+            "-c",
+            "echo up; sleep 60",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(killed.stdout.take().unwrap());
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert_eq!(first, "up\n");
+    let docker = docker().await;
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("agentbox.pid={}", killed.id()),
+            "agentbox.service=redis".to_string(),
+        ],
+    )]);
+    let found = agentbox::sandbox::gc::list_labelled(&docker, &filters)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let id = found[0].0.clone();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    // Not asserted here that it is still there: another test's run with services, at once in
+    // this binary, may already have removed it — by the same sweep.
+    let next = run(agentbox().args(["exec", "--service", "redis", path, "--", "true"]));
+    assert_eq!(next.status.code(), Some(0), "{}", text(&next.stderr));
+    assert!(
+        !crate::support::container_exists(&docker, &id).await,
+        "the orphan is still there"
+    );
+}

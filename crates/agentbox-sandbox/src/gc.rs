@@ -52,6 +52,22 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
     .await
 }
 
+/// Remove the service containers (`--service`) whose agentbox process is gone. A killed
+/// process's sandbox removes itself (its keep-alive ends with the process), but a service has no
+/// such tie and runs on until this, or `agentbox gc`; the next process that starts services on
+/// this machine calls it, once.
+pub(crate) async fn remove_orphaned_services(docker: &Docker) {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let services = vec![super::policy::SERVICE_LABEL.to_string()];
+    match sweep(docker, services, &owner_alive, false).await {
+        Ok(report) => tracing::debug!(?report, "orphaned services swept"),
+        Err(e) => tracing::debug!(error = %e, "orphaned services not swept"),
+    }
+}
+
 /// Remove every container and volume labelled with this process's pid and host.
 pub(crate) async fn remove_owned_by_this_process(docker: &Docker) -> Result<GcReport, SandboxError> {
     let mine = vec![

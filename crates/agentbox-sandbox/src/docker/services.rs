@@ -115,6 +115,7 @@ impl DockerSandbox {
                     .into(),
             });
         }
+        crate::gc::remove_orphaned_services(&self.docker).await;
         let engine = crate::flavor::info(&self.docker).await;
         let mut started = Vec::new();
         for service in &spec.services {
