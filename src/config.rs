@@ -120,11 +120,11 @@ impl SandboxConfig {
         }
         let services = services(args)?;
         if !services.is_empty() && args.runtime.as_deref().is_some_and(crate::sandbox::is_gvisor) {
-            return Err(UsageError(
-                "--service cannot be used with a gVisor --runtime: gVisor keeps the sandbox's \
-                 loopback inside its own network stack, where no service can listen"
-                    .into(),
-            ));
+            return Err(UsageError(format!(
+                "--service with --runtime {}: {}",
+                args.runtime.as_deref().unwrap_or_default(),
+                crate::sandbox::services::NOT_UNDER_GVISOR
+            )));
         }
         Ok(SandboxConfig {
             image: args
@@ -237,16 +237,27 @@ fn services(args: &SandboxArgs) -> Result<Vec<ServiceSpec>, UsageError> {
         let kind = ServiceKind::by_name(name);
         let mut spec = match (defined, kind, image) {
             (Some(d), _, None) => d.clone(),
-            (Some(d), _, Some(image)) => ServiceSpec {
-                image: image.to_string(),
-                ..d.clone()
-            },
+            (Some(d), _, Some(image)) => {
+                // Another image starts its own way: agentbox's start and user for a known name
+                // stay only where the table changed them.
+                let known = d.kind.map(|k| ServiceSpec::known(k, name));
+                let from_known = |same: &dyn Fn(&ServiceSpec) -> bool| known.as_ref().is_some_and(same);
+                ServiceSpec {
+                    image: image.to_string(),
+                    kind: None,
+                    command: d
+                        .command
+                        .clone()
+                        .filter(|c| !from_known(&|k| k.command.as_ref() == Some(c))),
+                    user: d
+                        .user
+                        .clone()
+                        .filter(|u| !from_known(&|k| k.user.as_ref() == Some(u))),
+                    ..d.clone()
+                }
+            }
             (None, Some(kind), None) => ServiceSpec::known(kind, name),
-            (None, Some(kind), Some(image)) => ServiceSpec {
-                port: Some(kind.port()),
-                sandbox_env: kind.connection_env(),
-                ..ServiceSpec::image(name, image)
-            },
+            (None, Some(kind), Some(image)) => ServiceSpec::known_on(kind, name, image),
             (None, None, Some(image)) => ServiceSpec::image(name, image),
             (None, None, None) => {
                 return Err(UsageError(format!(

@@ -205,11 +205,7 @@ pub fn services(
         };
         let mut spec = match (kind, image) {
             (Some(kind), None) => ServiceSpec::known(kind, name),
-            (Some(kind), Some(image)) => ServiceSpec {
-                port: Some(kind.port()),
-                sandbox_env: kind.connection_env(),
-                ..ServiceSpec::image(name, image)
-            },
+            (Some(kind), Some(image)) => ServiceSpec::known_on(kind, name, image),
             (None, Some(image)) => ServiceSpec::image(name, image),
             (None, None) => {
                 return Err(bad(format!(
@@ -230,11 +226,15 @@ pub fn services(
                     );
                 }
                 "user" => {
-                    spec.user = Some(
-                        v.as_str()
-                            .ok_or_else(|| bad(format!("[services.{name}] user must be a string")))?
-                            .to_string(),
-                    );
+                    let user = v
+                        .as_str()
+                        .ok_or_else(|| bad(format!("[services.{name}] user must be a string")))?;
+                    if crate::sandbox::services::is_root(user) {
+                        return Err(bad(format!(
+                            "[services.{name}] user {user:?}: a service never runs as root"
+                        )));
+                    }
+                    spec.user = Some(user.to_string());
                 }
                 "command" => {
                     let argv: Option<Vec<String>> = v
@@ -532,5 +532,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("needs an image"), "{err}");
+        let err = services_of(
+            "[services.x]\nimage = \"a\"\nuser = \"0:0\"\n",
+            &["agentbox", "exec", "p", "--", "true"],
+        )
+        .unwrap_err();
+        assert!(err.contains("never runs as root"), "{err}");
+        // Another image over a known name's table: the table's memory, not agentbox's start.
+        let other = services_of(
+            file,
+            &[
+                "agentbox",
+                "exec",
+                "--service",
+                "postgres=example/pg:16",
+                "p",
+                "--",
+                "true",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (other[0].kind, other[0].command.as_ref(), other[0].user.as_ref()),
+            (None, None, None)
+        );
+        assert_eq!((other[0].memory_bytes, other[0].port), (1 << 30, Some(5432)));
     }
 }

@@ -434,3 +434,94 @@ async fn a_killed_runs_service_is_removed_by_the_next_run_with_services() {
         "the orphan is still there"
     );
 }
+
+/// Another image, from the config file: its declared volume is a tmpfs (never a volume on the
+/// host's disk), its user from the table, readiness by a TCP connect to the given port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_images_volume_is_a_tmpfs_and_its_port_is_probed() {
+    if crate::support::under_gvisor() {
+        return;
+    }
+    let tag = format!("agentbox-test/svc-volume:{}", std::process::id());
+    let mut build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        build.stdin.as_mut().unwrap(),
+        b"FROM agentbox/redis:1\nVOLUME /data\n",
+    )
+    .unwrap();
+    drop(build.stdin.take());
+    assert!(build.wait().unwrap().success());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[services.cache]\nimage = \"{tag}\"\nport = 6380\nuser = \"redis\"\n\
+             command = [\"redis-server\", \"--bind\", \"127.0.0.1\", \"--port\", \"6380\", \"--save\", \"\", \"--dir\", \"/data\"]\n\
+             sandbox-env = {{ CACHE_PORT = \"6380\" }}\n"
+        ),
+    )
+    .unwrap();
+    let project = Project::new(&[("a.txt", "a\n")]);
+    let mut session = agentbox()
+        .env("AGENTBOX_CONFIG", &config)
+        .args([
+            "exec",
+            project.path().to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            "exec 3<>/dev/tcp/127.0.0.1/$CACHE_PORT && echo open; sleep 30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(session.stdout.take().unwrap());
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let docker = docker().await;
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("agentbox.pid={}", session.id()),
+            "agentbox.service=cache".to_string(),
+        ],
+    )]);
+    let found = agentbox::sandbox::gc::list_labelled(&docker, &filters)
+        .await
+        .unwrap();
+    let inspected = match found.first() {
+        Some((id, _)) => docker
+            .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .ok(),
+        None => None,
+    };
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &session.id().to_string()])
+        .status();
+    let _ = session.wait();
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &tag])
+        .output();
+    assert_eq!(first, "open\n", "the service was not ready before the command");
+    let inspected = inspected.expect("the service container");
+    let tmpfs = inspected.host_config.and_then(|h| h.tmpfs).unwrap_or_default();
+    assert!(tmpfs.contains_key("/data"), "{tmpfs:?}");
+    let mounts = inspected.mounts.unwrap_or_default();
+    assert!(
+        mounts.iter().all(|m| m.typ.as_deref() != Some("volume")),
+        "a volume on the host's disk: {mounts:?}"
+    );
+}

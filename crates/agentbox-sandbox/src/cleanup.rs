@@ -51,6 +51,8 @@ struct Inner {
     interrupts_claimed: AtomicBool,
     /// The same for SIGTERM (the MCP server ends its session and writes its patch itself).
     termination_claimed: AtomicBool,
+    /// Services left by killed processes were swept (see `gc::remove_orphaned_services`).
+    services_swept: AtomicBool,
 }
 
 #[derive(Clone, Default)]
@@ -96,6 +98,11 @@ impl Drop for TerminationClaim {
 pub struct Registration(u64);
 
 impl Cleanup {
+    /// True the first time only: the run's one sweep of services left by killed processes.
+    pub(crate) fn first_service_sweep(&self) -> bool {
+        !self.inner.services_swept.swap(true, Ordering::Relaxed)
+    }
+
     /// From now until the guard drops, SIGINT is the caller's to handle, not a reason to stop
     /// the run (SIGTERM still is).
     pub fn claim_interrupts(&self) -> InterruptClaim {
@@ -155,7 +162,12 @@ impl Cleanup {
     pub async fn run(&self) -> Vec<String> {
         let this = self.clone();
         let _ = tokio::task::spawn_blocking(move || drop(this.critical())).await;
-        let all: Vec<Resource> = std::mem::take(&mut *self.lock()).into_values().collect();
+        let all: Vec<Resource> = std::mem::take(&mut *self.lock())
+            .into_values()
+            // Newest first: a service before the sandbox whose network namespace it is in
+            // (Podman refuses to remove a container others depend on).
+            .rev()
+            .collect();
         let mut creating = Vec::new();
         let mut volumes = Vec::new();
         let mut checks = Vec::new();

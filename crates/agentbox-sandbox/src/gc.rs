@@ -55,10 +55,9 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
 /// Remove the service containers (`--service`) whose agentbox process is gone. A killed
 /// process's sandbox removes itself (its keep-alive ends with the process), but a service has no
 /// such tie and runs on until this, or `agentbox gc`; the next process that starts services on
-/// this machine calls it, once.
-pub(crate) async fn remove_orphaned_services(docker: &Docker) {
-    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+/// this machine calls it, once per run (`cleanup` keeps the count).
+pub(crate) async fn remove_orphaned_services(docker: &Docker, cleanup: &super::Cleanup) {
+    if !cleanup.first_service_sweep() {
         return;
     }
     let services = vec![super::policy::SERVICE_LABEL.to_string()];

@@ -565,7 +565,7 @@ impl SandboxSpec {
     pub(crate) fn service_body(
         &self,
         service: &super::services::ServiceSpec,
-        user: &str,
+        (user, volumes): (&str, &[String]),
         sandbox_id: &str,
         engine: &EngineInfo,
     ) -> ContainerCreateBody {
@@ -596,19 +596,16 @@ impl SandboxSpec {
             hc.nano_cpus = Some((self.limits.cpus * 1e9) as i64);
             // A quarter of the memory for the data, the rest for the server: both count
             // against the one limit, so a test that fills the data ends in ENOSPC, not OOM.
-            let data = service.memory_bytes / 4;
-            let scratch = format!("rw,nosuid,nodev,size={},mode=1777", 64 << 20);
-            hc.tmpfs = Some(HashMap::from([
-                (
-                    super::image::SERVICE_DATA_DIR.to_string(),
-                    format!("rw,nosuid,nodev,size={data},mode=1777"),
-                ),
-                ("/tmp".to_string(), scratch.clone()),
-                (
-                    "/run".to_string(),
-                    format!("rw,nosuid,nodev,size={},mode=1777", 16 << 20),
-                ),
-            ]));
+            let tmpfs = |size: i64| format!("rw,nosuid,nodev,size={size},mode=1777");
+            let data = tmpfs(service.memory_bytes / 4);
+            // The image's own volumes too (another image's data directory): an anonymous
+            // volume would be on the host's disk, outside the memory limit.
+            let mut mounts: HashMap<String, String> =
+                volumes.iter().map(|v| (v.clone(), data.clone())).collect();
+            mounts.insert(super::image::SERVICE_DATA_DIR.to_string(), data);
+            mounts.insert("/tmp".to_string(), tmpfs(64 << 20));
+            mounts.insert("/run".to_string(), tmpfs(16 << 20));
+            hc.tmpfs = Some(mounts);
             hc.log_config = Some(HostConfigLogConfig {
                 typ: Some("json-file".into()),
                 config: Some(HashMap::from([

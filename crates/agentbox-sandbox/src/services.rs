@@ -99,6 +99,17 @@ impl ServiceKind {
     }
 }
 
+/// Whether `user` (`NAME`, `UID`, `NAME:GROUP`; empty is the image's default, root) is root.
+pub fn is_root(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or("").trim();
+    name.is_empty() || name == "root" || name.parse::<u32>().is_ok_and(|uid| uid == 0)
+}
+
+/// Why `--service` is refused under gVisor.
+pub const NOT_UNDER_GVISOR: &str = "services cannot run beside a gVisor sandbox: gVisor keeps the \
+     sandbox's loopback inside its own network stack, where no other container can listen; run \
+     without the gVisor runtime, or without --service";
+
 /// One service of a sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceSpec {
@@ -147,6 +158,16 @@ impl ServiceSpec {
             sandbox_env: kind.connection_env(),
             memory_bytes: DEFAULT_SERVICE_MEMORY,
             ready_timeout: DEFAULT_SERVICE_TIMEOUT,
+        }
+    }
+
+    /// A known server's name on another image, started that image's own way: its port and
+    /// connection variables stay.
+    pub fn known_on(kind: ServiceKind, name: &str, image: &str) -> ServiceSpec {
+        ServiceSpec {
+            port: Some(kind.port()),
+            sandbox_env: kind.connection_env(),
+            ..ServiceSpec::image(name, image)
         }
     }
 
@@ -231,6 +252,16 @@ mod tests {
             assert!(spec.sandbox_env.iter().all(|(_, v)| !v.is_empty()));
             // Every server listens on the namespace's loopback only.
             assert!(spec.command.unwrap_or_default().join(" ").contains("127.0.0.1"));
+        }
+    }
+
+    #[test]
+    fn root_is_root_in_every_spelling() {
+        for root in ["", "root", "0", "00", "0:0", "root:staff", " 0 "] {
+            assert!(is_root(root), "{root:?}");
+        }
+        for user in ["postgres", "1000", "1000:0", "65534:65534", "rooted"] {
+            assert!(!is_root(user), "{user:?}");
         }
     }
 

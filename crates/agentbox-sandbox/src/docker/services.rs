@@ -16,7 +16,7 @@ use crate::api::{container_error, remove_container};
 use crate::cleanup::Registration;
 use crate::containers::{create_tracked, start_error};
 use crate::policy::SandboxSpec;
-use crate::services::ServiceSpec;
+use crate::services::{ServiceSpec, is_root};
 use crate::{ExecRequest, Sandbox, SandboxError};
 
 /// One service container of a sandbox.
@@ -60,43 +60,47 @@ async fn log_tail(docker: &Docker, id: &str) -> String {
     format!("; its last lines:\n  {}", lines.join("\n  "))
 }
 
-/// The user a service runs as: its own, else the image's unless that is root, then nobody.
-async fn service_user(docker: &Docker, service: &ServiceSpec) -> String {
-    if let Some(u) = &service.user {
-        return u.clone();
-    }
-    let configured = docker
+/// What a service's image decides: the user it runs as (the one given, else the image's unless
+/// that is root, then nobody), the port it listens on (the one given, else the first TCP port the
+/// image exposes), and the paths it declares as volumes (each gets a tmpfs: an anonymous volume
+/// would put the data on the host's disk, outside the memory limit).
+struct ImageFacts {
+    user: String,
+    port: Option<u16>,
+    volumes: Vec<String>,
+}
+
+async fn image_facts(docker: &Docker, service: &ServiceSpec) -> ImageFacts {
+    let config = docker
         .inspect_image(&service.image)
         .await
         .ok()
-        .and_then(|i| i.config)
-        .and_then(|c| c.user)
-        .unwrap_or_default();
-    let name = configured.split(':').next().unwrap_or("");
-    if name.is_empty() || name == "root" || name == "0" {
-        "65534:65534".to_string()
+        .and_then(|i| i.config);
+    let configured = config.as_ref().and_then(|c| c.user.clone()).unwrap_or_default();
+    let user = match &service.user {
+        Some(u) => u.clone(),
+        None if is_root(&configured) => "65534:65534".to_string(),
+        None => configured,
+    };
+    let port = if service.port.is_some() || service.kind.is_some() {
+        service.port
     } else {
-        configured
-    }
-}
-
-/// The port a service listens on: the one given, else the first TCP port its image exposes.
-async fn service_port(docker: &Docker, service: &ServiceSpec) -> Option<u16> {
-    if service.port.is_some() || service.kind.is_some() {
-        return service.port;
-    }
-    let exposed = docker
-        .inspect_image(&service.image)
-        .await
-        .ok()?
-        .config?
-        .exposed_ports?;
-    let mut ports: Vec<u16> = exposed
-        .iter()
-        .filter_map(|p| p.strip_suffix("/tcp").unwrap_or(p).parse().ok())
-        .collect();
-    ports.sort_unstable();
-    ports.first().copied()
+        let mut ports: Vec<u16> = config
+            .as_ref()
+            .and_then(|c| c.exposed_ports.clone())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.strip_suffix("/tcp").unwrap_or(p).parse().ok())
+            .collect();
+        ports.sort_unstable();
+        ports.first().copied()
+    };
+    let mut volumes: Vec<String> = config
+        .and_then(|c| c.volumes)
+        .map(|v| v.into_iter().collect())
+        .unwrap_or_default();
+    volumes.sort();
+    ImageFacts { user, port, volumes }
 }
 
 impl DockerSandbox {
@@ -106,23 +110,30 @@ impl DockerSandbox {
         if spec.services.is_empty() {
             return Ok(());
         }
-        if spec.runtime.as_deref().is_some_and(crate::is_gvisor) {
+        // The daemon's default runtime counts when none is given.
+        let runtime = match &spec.runtime {
+            Some(r) => Some(r.clone()),
+            None => self.docker.info().await.ok().and_then(|i| i.default_runtime),
+        };
+        if runtime.as_deref().is_some_and(crate::is_gvisor) {
             return Err(SandboxError::Service {
                 name: spec.services[0].name.clone(),
-                why: "services cannot run beside a gVisor sandbox: gVisor keeps the sandbox's \
-                      loopback inside its own network stack, where no other container can \
-                      listen; run without --runtime, or without --service"
-                    .into(),
+                why: crate::services::NOT_UNDER_GVISOR.into(),
             });
         }
-        crate::gc::remove_orphaned_services(&self.docker).await;
+        crate::gc::remove_orphaned_services(&self.docker, &spec.cleanup).await;
         let engine = crate::flavor::info(&self.docker).await;
         let mut started = Vec::new();
         for service in &spec.services {
             let t0 = Instant::now();
-            let user = service_user(&self.docker, service).await;
-            let port = service_port(&self.docker, service).await;
-            let body = spec.service_body(service, &user, &self.info.container_id, &engine);
+            let ImageFacts { user, port, volumes } = image_facts(&self.docker, service).await;
+            if is_root(&user) {
+                return Err(SandboxError::Service {
+                    name: service.name.clone(),
+                    why: format!("its user {user:?} is root, and a service never runs as root"),
+                });
+            }
+            let body = spec.service_body(service, (&user, &volumes), &self.info.container_id, &engine);
             // Unique per start: the verdict's fresh services replace the agent's.
             let name = format!(
                 "{}-svc-{}-{}",
@@ -192,7 +203,6 @@ impl DockerSandbox {
     /// connect from the sandbox; an error when it stops or its timeout passes.
     async fn wait_ready(&self, service: &ServiceSpec, running: &RunningService) -> Result<(), SandboxError> {
         let deadline = Instant::now() + service.ready_timeout;
-        let mut last = String::new();
         loop {
             if let Some(why) = running.ended.lock().map(|e| e.clone()).unwrap_or_default() {
                 running.reported.store(true, Ordering::Relaxed);
@@ -201,11 +211,13 @@ impl DockerSandbox {
                     why: format!("it stopped before it took connections: {why}"),
                 });
             }
-            match self.probe(service, running).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => last = e.to_string(),
-            }
+            let last = match self.probe(service, running).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(why)) => why,
+                // The sandbox itself is gone: waiting longer cannot help.
+                Err(e @ SandboxError::ContainerGone(_)) => return Err(e),
+                Err(e) => e.to_string(),
+            };
             if Instant::now() >= deadline {
                 let log = log_tail(&self.docker, &running.id).await;
                 return Err(SandboxError::Service {
@@ -225,15 +237,19 @@ impl DockerSandbox {
         }
     }
 
-    async fn probe(&self, service: &ServiceSpec, running: &RunningService) -> Result<bool, SandboxError> {
+    /// `None` when ready, else why not (for the timeout's message).
+    async fn probe(
+        &self,
+        service: &ServiceSpec,
+        running: &RunningService,
+    ) -> Result<Option<String>, SandboxError> {
         if let Some(kind) = service.kind {
-            return exec_status(&self.docker, &running.id, kind.probe())
-                .await
-                .map(|s| s == 0);
+            let status = exec_status(&self.docker, &running.id, kind.probe()).await?;
+            return Ok((status != 0).then(|| format!("its probe exited with status {status}")));
         }
         let Some(port) = running.port else {
             // Nothing to connect to: running is all that can be known.
-            return Ok(true);
+            return Ok(None);
         };
         // From the sandbox's side, as the project will connect (bash's /dev/tcp: no client
         // program needed in either image).
@@ -244,7 +260,20 @@ impl DockerSandbox {
                 Duration::from_secs(5),
             ))
             .await?;
-        Ok(out.success())
+        if out.success() {
+            return Ok(None);
+        }
+        let said = out.stderr.to_text();
+        let said = said.lines().last().unwrap_or("").trim().to_string();
+        Ok(Some(format!(
+            "a TCP connect to 127.0.0.1:{port} from the sandbox (bash's /dev/tcp): {}{}",
+            out.status_line(),
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {said}")
+            }
+        )))
     }
 
     /// Services that stopped since the last call and were not told yet, each with why.
@@ -280,15 +309,33 @@ fn watch(docker: &Docker, id: &str, ended: Arc<Mutex<Option<String>>>) {
     let docker = docker.clone();
     let id = id.to_string();
     tokio::spawn(async move {
-        let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
-        let status = match wait.next().await {
-            Some(Ok(r)) => format!("exited with status {}", r.status_code),
-            // Docker reports a non-zero exit as an error of the wait.
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
-                format!("exited with status {code}")
+        let status = loop {
+            let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+            match wait.next().await {
+                Some(Ok(r)) => break format!("exited with status {}", r.status_code),
+                // Docker reports a non-zero exit as an error of the wait.
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    break format!("exited with status {code}");
+                }
+                // The connection, not the container (a daemon restarting): wait again while it
+                // still runs.
+                other => {
+                    let running = docker
+                        .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+                        .await
+                        .ok()
+                        .and_then(|c| c.state)
+                        .and_then(|s| s.running)
+                        .unwrap_or(false);
+                    if !running {
+                        break match other {
+                            Some(Err(e)) => format!("stopped ({e})"),
+                            _ => "stopped".to_string(),
+                        };
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
-            Some(Err(e)) => format!("stopped ({e})"),
-            None => "stopped".to_string(),
         };
         let oom = docker
             .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
