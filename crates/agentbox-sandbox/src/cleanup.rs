@@ -51,7 +51,7 @@ struct Inner {
     interrupts_claimed: AtomicBool,
     /// The same for SIGTERM (the MCP server ends its session and writes its patch itself).
     termination_claimed: AtomicBool,
-    /// Services left by killed processes were swept (see `gc::remove_orphaned_services`).
+    /// Services left by killed processes were swept (see `DockerSandbox::start_services`).
     services_swept: AtomicBool,
 }
 

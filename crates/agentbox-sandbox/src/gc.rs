@@ -52,16 +52,11 @@ pub async fn collect(docker: &Docker, all: bool, dry_run: bool) -> Result<GcRepo
     .await
 }
 
-/// Remove the service containers (`--service`) whose agentbox process is gone. A killed
-/// process's sandbox removes itself (its keep-alive ends with the process), but a service has no
-/// such tie and runs on until this, or `agentbox gc`; the next process that starts services on
-/// this machine calls it, once per run (`cleanup` keeps the count).
-pub(crate) async fn remove_orphaned_services(docker: &Docker, cleanup: &super::Cleanup) {
-    if !cleanup.first_service_sweep() {
-        return;
-    }
-    let services = vec![super::policy::SERVICE_LABEL.to_string()];
-    match sweep(docker, services, &owner_alive, false).await {
+/// Remove the containers labelled `label` whose agentbox process is gone: services
+/// (`--service`), which, unlike a sandbox, do not end with their process (see
+/// `DockerSandbox::start_services`).
+pub(crate) async fn remove_orphaned(docker: &Docker, label: &str) {
+    match sweep(docker, vec![label.to_string()], &owner_alive, false).await {
         Ok(report) => tracing::debug!(?report, "orphaned services swept"),
         Err(e) => tracing::debug!(error = %e, "orphaned services not swept"),
     }

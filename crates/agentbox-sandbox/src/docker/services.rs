@@ -121,7 +121,12 @@ impl DockerSandbox {
                 why: crate::services::NOT_UNDER_GVISOR.into(),
             });
         }
-        crate::gc::remove_orphaned_services(&self.docker, &spec.cleanup).await;
+        // A killed process's sandbox removes itself (its keep-alive ends with the process), but
+        // a service has no such tie and runs on: the next run that starts services on this
+        // machine removes those, once.
+        if spec.cleanup.first_service_sweep() {
+            crate::gc::remove_orphaned(&self.docker, crate::policy::SERVICE_LABEL).await;
+        }
         let engine = crate::flavor::info(&self.docker).await;
         let mut started = Vec::new();
         for service in &spec.services {
