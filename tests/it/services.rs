@@ -1,8 +1,6 @@
 //! Services for tests (`--service`): a server in the sandbox's own network namespace, reached on
 //! 127.0.0.1, locked down, one per sandbox, removed with it.
 
-use std::time::Duration;
-
 use serde_json::json;
 
 use crate::support::scripted::{bash, done, hostile};
@@ -63,6 +61,35 @@ def test_a_table_round_trip():
     query("INSERT INTO items VALUES (41), (1)")
     assert query("SELECT sum(n) FROM items") == [["42"]]
 "#;
+
+/// The first line a spawned agentbox writes (its command's: the services were ready before it).
+async fn first_line(child: &mut std::process::Child) -> String {
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap()
+}
+
+/// The ids of the service containers named `service` of the agentbox process `pid`.
+async fn service_containers(docker: &bollard::Docker, pid: u32, service: &str) -> Vec<String> {
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![
+            format!("agentbox.pid={pid}"),
+            format!("agentbox.service={service}"),
+        ],
+    )]);
+    agentbox::sandbox::gc::list_labelled(docker, &filters)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
 
 const CI: &str = "on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n    services:\n      db:\n        \
                   image: postgres:16\n    steps:\n      - run: pytest\n";
@@ -130,34 +157,14 @@ async fn tests_reach_postgres_on_the_sandboxs_loopback_and_nothing_else_is_reach
         .spawn()
         .unwrap();
     // The command's first line: the service was ready before it ran.
-    let mut lines = std::io::BufReader::new(session.stdout.take().unwrap());
-    let first = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
+    let first = first_line(&mut session).await;
     assert_eq!(first, "lo\n", "the sandbox has only its loopback");
-    let label = format!("agentbox.pid={}", session.id());
     let docker = docker().await;
-    let mut service = None;
-    for _ in 0..200 {
-        let filters = std::collections::HashMap::from([(
-            "label".to_string(),
-            vec![label.clone(), "agentbox.service=postgres".to_string()],
-        )]);
-        let found = agentbox::sandbox::gc::list_labelled(&docker, &filters)
-            .await
-            .unwrap();
-        if let Some(c) = found.into_iter().next() {
-            service = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let service = service.expect("the service container");
-    let id = service.0.clone();
+    let id = service_containers(&docker, session.id(), "postgres")
+        .await
+        .into_iter()
+        .next()
+        .expect("the service container");
     let inspected = docker
         .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
         .await
@@ -401,28 +408,12 @@ async fn a_killed_runs_service_is_removed_by_the_next_run_with_services() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(killed.stdout.take().unwrap());
-    let first = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
+    let first = first_line(&mut killed).await;
     assert_eq!(first, "up\n");
     let docker = docker().await;
-    let filters = std::collections::HashMap::from([(
-        "label".to_string(),
-        vec![
-            format!("agentbox.pid={}", killed.id()),
-            "agentbox.service=redis".to_string(),
-        ],
-    )]);
-    let found = agentbox::sandbox::gc::list_labelled(&docker, &filters)
-        .await
-        .unwrap();
+    let found = service_containers(&docker, killed.id(), "redis").await;
     assert_eq!(found.len(), 1, "{found:?}");
-    let id = found[0].0.clone();
+    let id = found[0].clone();
     killed.kill().unwrap();
     killed.wait().unwrap();
     // Not asserted here that it is still there: another test's run with services, at once in
@@ -482,27 +473,11 @@ async fn another_images_volume_is_a_tmpfs_and_its_port_is_probed() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(session.stdout.take().unwrap());
-    let first = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
+    let first = first_line(&mut session).await;
     let docker = docker().await;
-    let filters = std::collections::HashMap::from([(
-        "label".to_string(),
-        vec![
-            format!("agentbox.pid={}", session.id()),
-            "agentbox.service=cache".to_string(),
-        ],
-    )]);
-    let found = agentbox::sandbox::gc::list_labelled(&docker, &filters)
-        .await
-        .unwrap();
+    let found = service_containers(&docker, session.id(), "cache").await;
     let inspected = match found.first() {
-        Some((id, _)) => docker
+        Some(id) => docker
             .inspect_container(id, None::<bollard::query_parameters::InspectContainerOptions>)
             .await
             .ok(),
