@@ -73,6 +73,13 @@ pub enum Fatal {
     /// The model API failed (after its retries).
     #[error(transparent)]
     Model(Arc<ModelError>),
+    /// Repair's chosen files could not be written into the session's sandbox, which is still
+    /// there (a failure of the sandbox itself is `Sandbox`).
+    #[error("cannot write candidate {candidate}'s files into the session's sandbox: {source}")]
+    Keep {
+        candidate: u32,
+        source: Arc<crate::workspace::FsError>,
+    },
 }
 
 #[derive(Debug, Clone)]

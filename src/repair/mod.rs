@@ -720,9 +720,7 @@ impl<'a> Repairing<'a> {
             && let Some(c) = all.iter().find(|c| c.report.number == n)
             && let Err(e) = write_files(&self.session.sandbox, &self.session.tool_settings, &c.files).await
         {
-            out.fatal = Some(Fatal::Sandbox(Arc::new(crate::sandbox::SandboxError::Other(
-                format!("cannot write candidate {n}'s files into the session's sandbox: {e}"),
-            ))));
+            out.fatal = Some(e.fatal(n));
         }
         out.winner = winner;
         out.candidates = all.into_iter().map(|c| c.report).collect();

@@ -223,6 +223,28 @@ pub(super) enum WriteError {
 }
 
 impl WriteError {
+    /// What ends the repair when candidate `n`'s files, already judged, cannot be written into
+    /// the session's sandbox.
+    pub(super) fn fatal(self, n: u32) -> crate::agent::Fatal {
+        use crate::agent::Fatal;
+        match self {
+            WriteError::Fs(FsError::Sandbox(e)) => Fatal::Sandbox(std::sync::Arc::new(e)),
+            WriteError::Fs(e) => Fatal::Keep {
+                candidate: n,
+                source: std::sync::Arc::new(e),
+            },
+            // Judged before: a kept candidate changes no test file, so this is the workspace's
+            // word on the path, as FsError words it.
+            WriteError::ChangesTests(path) => Fatal::Keep {
+                candidate: n,
+                source: std::sync::Arc::new(FsError::Failed {
+                    path,
+                    message: "a test file: candidates may not change it".into(),
+                }),
+            },
+        }
+    }
+
     /// The verdict on a candidate whose files could not be written.
     fn verdict(&self) -> CandidateVerdict {
         match self {

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use super::Session;
-use super::preflight::{self, Step};
+use super::preflight::{self, Outcome, Step};
 use crate::config::UsageError;
 use crate::events::{Event, EventSink};
 use crate::project::declared;
@@ -34,7 +34,11 @@ impl Session {
         let runs = match ctx.run_tests().await {
             Ok(runs) => runs,
             Err(e) => {
-                preflight::report(self.events.as_ref(), Step::TestsBefore, Err(e.to_string()));
+                preflight::report(
+                    self.events.as_ref(),
+                    Step::TestsBefore,
+                    Outcome::Failed(e.to_string()),
+                );
                 return Ok(());
             }
         };
@@ -66,10 +70,18 @@ impl Session {
                 source = gap.declared.source,
                 install = gap.declared.install,
             );
-            preflight::report(self.events.as_ref(), Step::TestsBefore, Err(message.clone()));
+            preflight::report(
+                self.events.as_ref(),
+                Step::TestsBefore,
+                Outcome::Failed(message.clone()),
+            );
             return Err(UsageError(message));
         }
-        preflight::report(self.events.as_ref(), Step::TestsBefore, Ok(shown.join("; ")));
+        preflight::report(
+            self.events.as_ref(),
+            Step::TestsBefore,
+            Outcome::Passed(shown.join("; ")),
+        );
         Ok(())
     }
 

@@ -49,10 +49,26 @@ impl Step {
     }
 }
 
-pub fn report(events: &dyn EventSink, step: Step, result: Result<String, String>) {
-    let (ok, detail) = match result {
-        Ok(d) => (true, d),
-        Err(d) => (false, d),
+/// What one step found: passed, or failed and why, each with the words the report shows.
+pub enum Outcome {
+    Passed(String),
+    Failed(String),
+}
+
+impl Outcome {
+    /// A step's result in the report's words: what passed, or the error's message.
+    pub fn of<T, E: std::fmt::Display>(result: &Result<T, E>, passed: impl FnOnce(&T) -> String) -> Self {
+        match result {
+            Ok(t) => Outcome::Passed(passed(t)),
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+}
+
+pub fn report(events: &dyn EventSink, step: Step, outcome: Outcome) {
+    let (ok, detail) = match outcome {
+        Outcome::Passed(d) => (true, d),
+        Outcome::Failed(d) => (false, d),
     };
     events.emit(&Event::Preflight {
         step: step.as_str(),
@@ -64,7 +80,11 @@ pub fn report(events: &dyn EventSink, step: Step, result: Result<String, String>
 /// Step 1.
 pub async fn model_endpoint(model: &ModelConfig, events: &dyn EventSink) -> Result<(), ModelError> {
     if model.is_scripted() {
-        report(events, Step::ModelEndpoint, Ok("scripted: no endpoint".into()));
+        report(
+            events,
+            Step::ModelEndpoint,
+            Outcome::Passed("scripted: no endpoint".into()),
+        );
         return Ok(());
     }
     let result =
@@ -73,10 +93,7 @@ pub async fn model_endpoint(model: &ModelConfig, events: &dyn EventSink) -> Resu
     report(
         events,
         Step::ModelEndpoint,
-        match &result {
-            Ok(()) => Ok(format!("{} accepts connections", model.base_url)),
-            Err(e) => Err(e.to_string()),
-        },
+        Outcome::of(&result, |_| format!("{} accepts connections", model.base_url)),
     );
     result
 }
@@ -150,14 +167,14 @@ pub async fn test_programs(
              command this image can run (--test-cmd CMD). No model request was made.",
             script_missing.join(", ")
         );
-        report(events, Step::TestPrograms, Err(message.clone()));
+        report(events, Step::TestPrograms, Outcome::Failed(message.clone()));
         return Err(Ok(UsageError(message)));
     }
     if missing.is_empty() {
         report(
             events,
             Step::TestPrograms,
-            Ok(format!("found: {}", checked.join(", "))),
+            Outcome::Passed(format!("found: {}", checked.join(", "))),
         );
         return Ok(());
     }
@@ -183,6 +200,6 @@ pub async fn test_programs(
          command this image can run (--test-cmd CMD). No model request was made.",
         what.join("; and ")
     );
-    report(events, Step::TestPrograms, Err(message.clone()));
+    report(events, Step::TestPrograms, Outcome::Failed(message.clone()));
     Err(Ok(UsageError(message)))
 }

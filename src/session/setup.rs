@@ -168,10 +168,7 @@ impl Session {
         preflight::report(
             events.as_ref(),
             preflight::Step::Sandbox,
-            opened
-                .as_ref()
-                .map(|(sb, _)| sb.info().session.clone())
-                .map_err(|e| e.to_string()),
+            preflight::Outcome::of(&opened, |(sb, _)| sb.info().session.clone()),
         );
         let (sandbox, isolation) = opened?;
         for w in &sandbox.info().warnings {

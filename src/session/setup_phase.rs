@@ -258,7 +258,7 @@ pub async fn run(
         super::preflight::report(
             events.as_ref(),
             super::preflight::Step::Setup,
-            Ok("skipped (--no-setup)".into()),
+            super::preflight::Outcome::Passed("skipped (--no-setup)".into()),
         );
     }
     if !commands.is_empty() || !prebuilds.is_empty() {
@@ -364,7 +364,7 @@ pub async fn run(
                 super::preflight::report(
                     events.as_ref(),
                     super::preflight::Step::Setup,
-                    Ok(format!("cached in {name}")),
+                    super::preflight::Outcome::Passed(format!("cached in {name}")),
                 );
             }
             CacheState::Empty => {
@@ -386,10 +386,7 @@ pub async fn run(
                 super::preflight::report(
                     events.as_ref(),
                     super::preflight::Step::Setup,
-                    result
-                        .as_ref()
-                        .map(|_| format!("filled {name}"))
-                        .map_err(|e| e.to_string()),
+                    super::preflight::Outcome::of(&result, |_| format!("filled {name}")),
                 );
                 result?;
             }

@@ -79,7 +79,7 @@ impl Tool for Bash {
                 .sandbox
                 .start_process(req, args.command.clone(), SETTLE)
                 .await?
-                .map_err(ToolError::RespondToModel)?;
+                .map_err(|r| ToolError::RespondToModel(r.0))?;
             return Ok(ToolOutput::text(process::render_start(&state, ctx.settings)));
         }
         let out = ctx.shell(&args.command).await?;

@@ -97,7 +97,7 @@ impl Tool for ProcessOutput {
                 .sandbox
                 .processes(None, false)
                 .await?
-                .map_err(ToolError::RespondToModel)?;
+                .map_err(|r| ToolError::RespondToModel(r.0))?;
             if all.is_empty() {
                 return Ok(ToolOutput::text(
                     "no background processes (start one with bash and \"background\": true)",
@@ -113,7 +113,7 @@ impl Tool for ProcessOutput {
             .sandbox
             .processes(Some(id.trim()), true)
             .await?
-            .map_err(ToolError::RespondToModel)?;
+            .map_err(|r| ToolError::RespondToModel(r.0))?;
         match found.pop() {
             Some(state) => Ok(ToolOutput::text(render(&state, ctx.settings))),
             None => Err(ToolError::RespondToModel(format!("no background process {id:?}"))),
@@ -152,7 +152,7 @@ impl Tool for StopProcess {
             .sandbox
             .stop_processes(Some(args.id.trim()), "stop_process was called")
             .await?
-            .map_err(ToolError::RespondToModel)?;
+            .map_err(|r| ToolError::RespondToModel(r.0))?;
         match stopped.pop() {
             Some(state) => Ok(ToolOutput::text(render(&state, ctx.settings))),
             None => Err(ToolError::RespondToModel(format!(

@@ -244,7 +244,7 @@ async fn background_processes_are_refused_with_one_exec_per_call() {
         .await
         .unwrap()
         .unwrap_err();
-    assert!(refused.contains("command runner"), "{refused}");
+    assert!(refused.0.contains("command runner"), "{refused}");
     sb.shutdown().await.unwrap();
 }
 

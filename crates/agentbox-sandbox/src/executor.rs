@@ -16,7 +16,7 @@ use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::{Captured, ExecOutput, ExecRequest, SandboxError};
+use super::{Captured, ExecOutput, ExecRequest, ProcessRefusal, SandboxError};
 
 pub(crate) const SOURCE: &str = include_str!("executor.py");
 
@@ -350,10 +350,10 @@ impl Executor {
         req: &ExecRequest,
         job: JobFrame<'_>,
         watchdog: Duration,
-    ) -> Result<Result<Vec<super::ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<super::ProcessState>, ProcessRefusal>, SandboxError> {
         let resp = self.request(req, Some(job), watchdog).await?;
         if let Some(why) = resp.job_error.or(resp.internal_error) {
-            return Ok(Err(why));
+            return Ok(Err(ProcessRefusal(why)));
         }
         let jobs = resp
             .jobs

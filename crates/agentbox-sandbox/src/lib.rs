@@ -433,9 +433,9 @@ pub trait Sandbox: Send + Sync {
         req: ExecRequest,
         command: String,
         settle: Duration,
-    ) -> Result<Result<ProcessState, String>, SandboxError> {
+    ) -> Result<Result<ProcessState, ProcessRefusal>, SandboxError> {
         let _ = (req, command, settle);
-        Ok(Err(NO_BACKGROUND.into()))
+        Ok(Err(ProcessRefusal(NO_BACKGROUND.into())))
     }
 
     /// The background processes (or the one `id` names), with their output when `output`.
@@ -444,7 +444,7 @@ pub trait Sandbox: Send + Sync {
         &self,
         id: Option<&str>,
         output: bool,
-    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<ProcessState>, ProcessRefusal>, SandboxError> {
         let _ = (id, output);
         Ok(Ok(Vec::new()))
     }
@@ -455,7 +455,7 @@ pub trait Sandbox: Send + Sync {
         &self,
         id: Option<&str>,
         why: &str,
-    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<ProcessState>, ProcessRefusal>, SandboxError> {
         let _ = (id, why);
         Ok(Ok(Vec::new()))
     }
@@ -471,6 +471,12 @@ pub trait Sandbox: Send + Sync {
         Vec::new()
     }
 }
+
+/// A request about background processes that the sandbox declined (too many running, an
+/// unknown id, no command runner): words for the model to read, not a failure of the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProcessRefusal(pub String);
 
 /// Why a sandbox without the executor has no background processes.
 pub(crate) const NO_BACKGROUND: &str = "background processes need the sandbox's command runner, and this \

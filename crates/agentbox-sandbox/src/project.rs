@@ -98,7 +98,7 @@ pub fn bind_workspace(
     let (linked_git, warnings) = match hostscan::git::linked_git(&dir.path, dir.uid) {
         None => (None, Vec::new()),
         Some(Ok(linked)) => (Some(linked), Vec::new()),
-        Some(Err(why)) => (None, vec![why]),
+        Some(Err(why)) => (None, vec![why.to_string()]),
     };
     Ok((
         WorkspaceSource::Bind {

@@ -72,7 +72,7 @@ impl ServiceKind {
 
     /// What the sandbox's commands are told, so the usual clients connect with no flags. The
     /// servers let their administrator in without a password, over the namespace's loopback.
-    pub fn connection_env(self) -> Vec<(String, String)> {
+    pub(crate) fn connection_env(self) -> Vec<(String, String)> {
         let def = self.def();
         let port = def.port.to_string();
         let mut env = vec![("DATABASE_URL", def.url.to_string())];

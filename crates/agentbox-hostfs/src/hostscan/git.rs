@@ -221,6 +221,31 @@ pub(crate) fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
     Some(resolve(&dot_git.parent()?.join(target)))
 }
 
+/// Why a project's `.git` file is not followed into the sandbox: told to the user, for git will
+/// not work inside.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{git_file}: git will not work inside the sandbox (`fatal: not a git repository`): {why}")]
+pub struct NotFollowed {
+    /// The `.git` file, quoted for a terminal.
+    pub git_file: String,
+    pub why: String,
+}
+
+/// The reason one step of following a `.git` file failed, in the words [`NotFollowed`] shows.
+struct Why(String);
+
+impl From<&str> for Why {
+    fn from(s: &str) -> Self {
+        Why(s.to_owned())
+    }
+}
+
+impl From<String> for Why {
+    fn from(s: String) -> Self {
+        Why(s)
+    }
+}
+
 /// What the sandbox is given of the repository a project's `.git` file names, outside the
 /// project: [`LinkedGit`] when the rule below holds, else why not (told to the user: git will
 /// not work inside). `None` when the project's `.git` is no file (a directory, or none).
@@ -236,17 +261,17 @@ pub(crate) fn gitdir_of_file(dot_git: &Path, data: &[u8]) -> Option<PathBuf> {
 /// written must be the path the kernel reaches), and everything mounted owned by `uid`, the
 /// project's owner, whom the sandbox runs as. A `.git` file naming a directory of the project
 /// needs nothing: the project, with its git metadata read-only, is mounted already.
-pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>> {
+pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, NotFollowed>> {
     let dot_git = project.join(".git");
     if !dot_git.symlink_metadata().ok()?.is_file() {
         return None;
     }
     let shown = || crate::hostscan::quote(&dot_git);
     let refuse = |why: String| {
-        Some(Err(format!(
-            "{}: git will not work inside the sandbox (`fatal: not a git repository`): {why}",
-            shown()
-        )))
+        Some(Err(NotFollowed {
+            git_file: shown(),
+            why,
+        }))
     };
     let Some(data) = read_small(&dot_git) else {
         return refuse("it cannot be read".into());
@@ -272,11 +297,11 @@ pub fn linked_git(project: &Path, uid: u32) -> Option<Result<LinkedGit, String>>
     }
     match follow_linked(project, &joined, &target, uid) {
         Ok(linked) => Some(Ok(linked)),
-        Err(why) => refuse(format!("its `gitdir:` names {}, {why}", q(&target))),
+        Err(Why(why)) => refuse(format!("its `gitdir:` names {}, {why}", q(&target))),
     }
 }
 
-fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Result<LinkedGit, String> {
+fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Result<LinkedGit, Why> {
     no_link_on_the_way(joined, target)?;
     owned_dir(target, uid)?;
     let parent = target.parent().unwrap_or(target);
@@ -300,7 +325,8 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
             return Err(format!(
                 "a worktree of another checkout: its `gitdir` file names {}, not this project",
                 crate::hostscan::quote(Path::new(back.trim()))
-            ));
+            )
+            .into());
         }
         (LinkedGitKind::Worktree, common)
     } else {
@@ -363,7 +389,7 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
         let q = crate::hostscan::quote(&path);
         let Ok(m) = path.symlink_metadata() else {
             if required {
-                return Err(format!("which lacks {q}"));
+                return Err(format!("which lacks {q}").into());
             }
             continue;
         };
@@ -372,7 +398,8 @@ fn follow_linked(project: &Path, joined: &Path, target: &Path, uid: u32) -> Resu
             return Err(format!(
                 "whose {q} is not a {} of the project's owner",
                 if dir { "directory" } else { "regular file" }
-            ));
+            )
+            .into());
         }
         if let Some(p) = piece {
             pieces.push((p, path));
@@ -459,7 +486,7 @@ fn lexical(path: &Path) -> PathBuf {
 /// `Ok` when `joined` (a path as written, `..` and all) reaches `lexical` (its lexical form)
 /// through real directories only: no component is a link, and the kernel, resolving `..` its
 /// own way, arrives at the same place.
-fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), String> {
+fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), Why> {
     let mut cur = PathBuf::new();
     for c in lexical.components() {
         cur.push(c);
@@ -467,7 +494,8 @@ fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), String> {
             return Err(format!(
                 "reached through the symbolic link {}",
                 crate::hostscan::quote(&cur)
-            ));
+            )
+            .into());
         }
     }
     match joined.canonicalize() {
@@ -477,14 +505,15 @@ fn no_link_on_the_way(joined: &Path, lexical: &Path) -> Result<(), String> {
     }
 }
 
-fn owned_dir(dir: &Path, uid: u32) -> Result<(), String> {
+fn owned_dir(dir: &Path, uid: u32) -> Result<(), Why> {
     use std::os::unix::fs::MetadataExt;
     match dir.symlink_metadata() {
         Ok(m) if m.is_dir() && m.uid() == uid => Ok(()),
         Ok(m) if m.is_dir() => Err(format!(
             "a directory of another user (uid {}; the project's owner is {uid})",
             m.uid()
-        )),
+        )
+        .into()),
         Ok(_) => Err("which is not a directory".into()),
         Err(_) => Err("which does not exist".into()),
     }
@@ -1116,10 +1145,13 @@ mod tests {
         let other = root.join("other");
         std::fs::create_dir(&other).unwrap();
         std::fs::copy(wt.join(".git"), other.join(".git")).unwrap();
-        let why = linked_git(&other, owner(&other)).unwrap().unwrap_err();
+        let why = linked_git(&other, owner(&other))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("another checkout"), "{why}");
         // Another user's repository.
-        let why = linked_git(&wt, owner(&wt) + 1).unwrap().unwrap_err();
+        let why = linked_git(&wt, owner(&wt) + 1).unwrap().unwrap_err().to_string();
         assert!(why.contains("another user"), "{why}");
     }
 
@@ -1137,7 +1169,7 @@ mod tests {
             format!("gitdir: {}\n", home.join(".ssh").display()),
         )
         .unwrap();
-        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err();
+        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err().to_string();
         assert!(
             why.contains("git will not work inside") && why.contains("neither"),
             "{why}"
@@ -1150,14 +1182,14 @@ mod tests {
             format!("gitdir: {}\n", root.join("alias/.git/worktrees/wt").display()),
         )
         .unwrap();
-        let why = linked_git(&wt, owner(&wt)).unwrap().unwrap_err();
+        let why = linked_git(&wt, owner(&wt)).unwrap().unwrap_err().to_string();
         assert!(why.contains("symbolic link"), "{why}");
         // Inside the project: mounted with it when relative, unreachable when absolute.
         std::fs::create_dir_all(p.join("real/objects")).unwrap();
         std::fs::write(p.join(".git"), "gitdir: real\n").unwrap();
         assert!(linked_git(&p, owner(&p)).is_none());
         std::fs::write(p.join(".git"), format!("gitdir: {}\n", p.join("real").display())).unwrap();
-        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err();
+        let why = linked_git(&p, owner(&p)).unwrap().unwrap_err().to_string();
         assert!(why.contains("gitdir: real"), "{why}");
         // A directory: nothing to follow.
         assert!(linked_git(&root.join("main"), owner(&p)).is_none());
@@ -1182,7 +1214,10 @@ mod tests {
         let other = root.join("main/other");
         std::fs::create_dir(&other).unwrap();
         std::fs::copy(sub.join(".git"), other.join(".git")).unwrap();
-        let why = linked_git(&other, owner(&other)).unwrap().unwrap_err();
+        let why = linked_git(&other, owner(&other))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("core.worktree"), "{why}");
     }
 

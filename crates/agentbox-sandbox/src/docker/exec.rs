@@ -216,10 +216,10 @@ impl DockerSandbox {
         &self,
         req: &ExecRequest,
         frame: JobFrame<'_>,
-    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<ProcessState>, ProcessRefusal>, SandboxError> {
         self.check_open()?;
         if self.info.exec_mode == ExecMode::PerCall {
-            return Ok(Err(crate::NO_BACKGROUND.into()));
+            return Ok(Err(ProcessRefusal(crate::NO_BACKGROUND.into())));
         }
         let mut guard = self.executor.lock().await;
         let Some(ex) = guard.as_mut() else {

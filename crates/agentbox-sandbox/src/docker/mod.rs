@@ -23,7 +23,10 @@ use super::cleanup::{Cleanup, Registration, Resource};
 use super::containers::{create_tracked, start_error};
 use super::executor::{Executor, JobFrame};
 use super::policy::{MainProcess, SandboxSpec, WorkspaceSource};
-use super::{Captured, ExecMode, ExecOutput, ExecRequest, ProcessState, Sandbox, SandboxError, SandboxInfo};
+use super::{
+    Captured, ExecMode, ExecOutput, ExecRequest, ProcessRefusal, ProcessState, Sandbox, SandboxError,
+    SandboxInfo,
+};
 use agentbox_hostfs::hostscan::HostGuard;
 
 mod checks;
@@ -523,7 +526,7 @@ impl Sandbox for DockerSandbox {
         req: ExecRequest,
         command: String,
         settle: Duration,
-    ) -> Result<Result<ProcessState, String>, SandboxError> {
+    ) -> Result<Result<ProcessState, ProcessRefusal>, SandboxError> {
         let frame = JobFrame {
             op: "start",
             job_id: None,
@@ -558,7 +561,7 @@ impl Sandbox for DockerSandbox {
         &self,
         id: Option<&str>,
         output: bool,
-    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<ProcessState>, ProcessRefusal>, SandboxError> {
         let frame = JobFrame {
             op: if output { "output" } else { "list" },
             job_id: id,
@@ -579,7 +582,7 @@ impl Sandbox for DockerSandbox {
         &self,
         id: Option<&str>,
         why: &str,
-    ) -> Result<Result<Vec<ProcessState>, String>, SandboxError> {
+    ) -> Result<Result<Vec<ProcessState>, ProcessRefusal>, SandboxError> {
         if id.is_none() && !self.asked_for_processes.load(Ordering::Acquire) {
             // A session that started none pays nothing.
             return Ok(Ok(Vec::new()));

@@ -325,7 +325,8 @@ impl KnownImage {
     }
 
     /// The service image of that name (`postgres`): what `--service` names.
-    pub fn service_named(name: &str) -> Option<&'static KnownImage> {
+    #[cfg(test)]
+    fn service_named(name: &str) -> Option<&'static KnownImage> {
         Self::services().find(|k| k.name == name)
     }
 

@@ -24,7 +24,7 @@ pub use catalogue::{ImageKind, KNOWN, KnownImage, SERVICE_DATA_DIR, ServiceDef};
 pub(crate) use catalogue::{MARIADB, POSTGRES, REDIS};
 pub use fetch::{build_with_docker, ensure_image};
 pub use offline::{Built, build_offline, which};
-pub use toolchain::{Toolchain, extract_version, image_toolchains, parse_probe, probe_script};
+pub use toolchain::{Toolchain, image_toolchains};
 
 /// The one Debian suite every agentbox image is built from, by both builds: the newest stable
 /// release the archive serves. Never a testing or unstable suite: the images must build the

@@ -66,7 +66,7 @@ impl Toolchain {
 }
 
 /// A shell script printing `KEY=OUTPUT` for each toolchain present (`rust=rustc 1.85.0 (...)`).
-pub fn probe_script() -> String {
+pub(crate) fn probe_script() -> String {
     let mut script = String::from(
         "v() { command -v \"$2\" >/dev/null 2>&1 || return 0; printf '%s=%s\\n' \"$1\" \"$(\"$2\" \"$3\" 2>&1 | head -n 1)\"; }\n",
     );
@@ -80,7 +80,7 @@ pub fn probe_script() -> String {
 }
 
 /// The versions found in the probe's output.
-pub fn parse_probe(output: &str) -> Vec<(Toolchain, String)> {
+pub(crate) fn parse_probe(output: &str) -> Vec<(Toolchain, String)> {
     output
         .lines()
         .filter_map(|line| {
@@ -93,7 +93,7 @@ pub fn parse_probe(output: &str) -> Vec<(Toolchain, String)> {
 
 /// The first dotted number in `text`: `rustc 1.85.0 (...)` → `1.85.0`, `go version go1.24.4
 /// linux/amd64` → `1.24.4`, `v20.19.2` → `20.19.2`.
-pub fn extract_version(text: &str) -> Option<String> {
+pub(crate) fn extract_version(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let start = bytes.iter().position(u8::is_ascii_digit)?;
     let end = bytes[start..]
