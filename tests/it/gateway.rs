@@ -1,0 +1,293 @@
+//! `--model-gateway`: an LLM CLI installed by the setup phase (the `openai` package from PyPI)
+//! calls a scripted model server on 127.0.0.1 from inside a sandbox that has no network. The
+//! server sees the host's real key; the sandbox holds only the sentinel (its environment,
+//! `/proc`, every file it can read); what the gateway must refuse is refused and the upstream
+//! sees none of it.
+
+use serde_json::{Value, json};
+
+use crate::support::model_server::{ModelServer, Reply};
+use crate::support::*;
+
+/// The `openai` package's version the test installs (its CLI: `openai api chat.completions.create`).
+const OPENAI_PACKAGE: &str = "openai==1.109.1";
+
+/// Run inside: the requests the gateway must refuse, the one past the budget, and the search
+/// for the real key (given reversed, so that no argv, file or environment inside holds it).
+const PROBE: &str = r#"
+import json, os, sys, urllib.request, urllib.error
+
+ROOT = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+KEY = os.environ["OPENAI_API_KEY"]
+
+def call(path, body, key=KEY, method="POST"):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(ROOT + path, data=data, method=method)
+    req.add_header("content-type", "application/json")
+    if key is not None:
+        req.add_header("authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+def chat(model="gpt-4o-mini", content="hi"):
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+what = sys.argv[1]
+if what == "refusals":
+    out = {
+        "made_up_key": call("/v1/chat/completions", chat(), key="sk-made-up"),
+        "no_key": call("/v1/chat/completions", chat(), key=None),
+        "files": call("/v1/files", {"purpose": "batch"}),
+        "web_search": call("/v1/responses", {"model": "gpt-4o-mini", "input": "news?", "tools": [{"type": "web_search"}]}),
+        "url_image": call("/v1/chat/completions", chat(content=[{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}])),
+        "model": call("/v1/chat/completions", chat(model="gpt-5")),
+    }
+    print("PROBE " + json.dumps(out))
+elif what == "budget":
+    print("PROBE " + json.dumps({"budget": call("/v1/chat/completions", chat())}))
+elif what == "search":
+    secret = sys.argv[2][::-1].encode()
+    sentinel = KEY.encode()
+    found, with_sentinel, read = [], 0, 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            for f in ("environ", "cmdline"):
+                try:
+                    data = open(f"/proc/{pid}/{f}", "rb").read()
+                except OSError:
+                    continue
+                if secret in data:
+                    found.append(f"/proc/{pid}/{f}")
+                if sentinel in data:
+                    with_sentinel += 1
+    for top in os.listdir("/"):
+        if top in ("proc", "sys", "dev"):
+            continue
+        for dirpath, dirs, files in os.walk("/" + top, followlinks=False):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 64 << 20:
+                        continue
+                    data = open(path, "rb").read()
+                except OSError:
+                    continue
+                read += 1
+                if secret in data:
+                    found.append(path)
+    print("PROBE " + json.dumps({"found": found, "with_sentinel": with_sentinel, "files_read": read}))
+"#;
+
+fn chat_reply(text: &str, prompt: u64, completion: u64) -> Value {
+    json!({
+        "id": "chatcmpl-gw", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    })
+}
+
+/// A streamed chat completion (SSE), its usage in the last event.
+fn chat_stream(words: &[&str], prompt: u64, completion: u64) -> Vec<u8> {
+    let mut out = String::new();
+    let chunk = |delta: Value, usage: Value| {
+        json!({"id": "chatcmpl-gw", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+               "choices": if delta.is_null() { json!([]) } else { json!([{"index": 0, "delta": delta, "finish_reason": null}]) },
+               "usage": usage})
+    };
+    for w in words {
+        out.push_str(&format!(
+            "data: {}\n\n",
+            chunk(json!({"content": w}), Value::Null)
+        ));
+    }
+    out.push_str(&format!(
+        "data: {}\n\n",
+        chunk(
+            Value::Null,
+            json!({"prompt_tokens": prompt, "completion_tokens": completion})
+        )
+    ));
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+fn probe_line(stdout: &str, key: &str) -> Value {
+    let mut merged = serde_json::Map::new();
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("PROBE ") {
+            let v: Value = serde_json::from_str(rest).unwrap();
+            merged.extend(v.as_object().unwrap().clone());
+        }
+    }
+    assert!(!merged.is_empty(), "no PROBE line ({key}) in: {stdout}");
+    Value::Object(merged)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_llm_cli_inside_reaches_its_model_and_never_the_key() {
+    let server = ModelServer::start(vec![
+        Reply::ok(chat_reply("hello from the scripted model", 100, 20)),
+        Reply::Raw {
+            status: 200,
+            body: chat_stream(&["streamed ", "through ", "the gateway"], 50, 40),
+        },
+    ])
+    .await;
+    let real_key = format!("sk-real-{}", uuid::Uuid::new_v4().simple());
+    let reversed: String = real_key.chars().rev().collect();
+    let project = Project::new(&[
+        ("requirements.txt", &format!("{OPENAI_PACKAGE}\n")),
+        ("probe.py", PROBE),
+    ]);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let script = format!(
+        "set -e; python3 probe.py refusals; \
+         openai api chat.completions.create -m gpt-4o-mini -g user hello; echo; \
+         openai api chat.completions.create -m gpt-4o-mini -g user again --stream; echo; \
+         python3 probe.py budget; python3 probe.py search {reversed}; \
+         echo \"ENV $(env | grep -c =agentbox-gateway-)\""
+    );
+    let upstream = format!("{}/v1", server.anthropic_url());
+    let out = run(agentbox()
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env("AGENTBOX_TEST_GATEWAY_KEY", &real_key)
+        .args(["exec", "--command-timeout", "600", "--model-gateway=openai"])
+        .args(["--gateway-upstream", &upstream])
+        .args(["--gateway-key-env", "AGENTBOX_TEST_GATEWAY_KEY"])
+        .args(["--gateway-model", "gpt-4o-mini", "--gateway-budget", "200"])
+        .arg("--gateway-log")
+        .arg(log.path())
+        .arg(project.path())
+        .args(["--", "bash", "-c", &script]));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains("agentbox: setup: running `pip install"),
+        "{stderr}"
+    );
+
+    // The CLI got its answers, plain and streamed.
+    assert!(stdout.contains("hello from the scripted model"), "{stdout}");
+    assert!(stdout.contains("streamed through the gateway"), "{stdout}");
+
+    // Each refusal, by its own reason.
+    let probe = probe_line(&stdout, "refusals");
+    let status = |k: &str| probe[k][0].as_u64().unwrap_or_else(|| panic!("{k}: {probe}"));
+    let body = |k: &str| probe[k][1].as_str().unwrap().to_string();
+    assert_eq!(status("made_up_key"), 401, "{probe}");
+    assert_eq!(status("no_key"), 401, "{probe}");
+    assert_eq!(status("files"), 404, "{probe}");
+    assert_eq!(status("web_search"), 403, "{probe}");
+    assert!(
+        body("web_search").contains("--gateway-allow-tool web_search"),
+        "{probe}"
+    );
+    assert_eq!(status("url_image"), 403, "{probe}");
+    assert_eq!(status("model"), 403, "{probe}");
+    assert!(body("model").contains("gpt-5"), "{probe}");
+    assert_eq!(status("budget"), 429, "{probe}");
+    assert!(body("budget").contains("budget"), "{probe}");
+
+    // The key: nowhere inside; the sentinel in the environment of the sandbox's processes.
+    assert!(
+        probe["found"].as_array().unwrap().is_empty(),
+        "the real key inside: {probe}"
+    );
+    assert!(probe["with_sentinel"].as_u64().unwrap() > 0, "{probe}");
+    assert!(probe["files_read"].as_u64().unwrap() > 1000, "{probe}");
+    assert!(stdout.contains("ENV 1\n"), "{stdout}");
+
+    // The upstream saw the two CLI requests only, each with the real key and no sentinel.
+    let seen = server.requests();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    for r in &seen {
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {real_key}").as_str())
+        );
+        assert!(!r.raw.contains("agentbox-gateway-"), "{}", r.raw);
+        assert!(
+            !r.headers.iter().any(|(_, v)| v.contains("agentbox-gateway-")),
+            "{:?}",
+            r.headers
+        );
+        assert_eq!(r.body["model"], "gpt-4o-mini");
+    }
+    // A streamed chat completion is made to report its usage.
+    assert_eq!(seen[1].body["stream"], true);
+    assert_eq!(seen[1].body["stream_options"]["include_usage"], true);
+
+    // Every request is logged and summed up.
+    let records: Vec<Value> = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 9, "{records:#?}");
+    let forwarded: Vec<&Value> = records.iter().filter(|r| r["refused"].is_null()).collect();
+    assert_eq!(forwarded.len(), 2, "{records:#?}");
+    assert_eq!(
+        (
+            forwarded[0]["input_tokens"].as_u64(),
+            forwarded[0]["output_tokens"].as_u64()
+        ),
+        (Some(100), Some(20))
+    );
+    assert_eq!(
+        (
+            forwarded[1]["input_tokens"].as_u64(),
+            forwarded[1]["output_tokens"].as_u64()
+        ),
+        (Some(50), Some(40))
+    );
+    assert_eq!(forwarded[1]["stream"], true);
+    assert!(forwarded[0]["cost_usd"].as_f64().unwrap() > 0.0, "{records:#?}");
+    assert!(!std::fs::read_to_string(log.path()).unwrap().contains(&real_key));
+    assert!(
+        stderr.contains("model gateway: 2 requests forwarded, 7 refused; 150 in / 60 out tokens"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&real_key) && !stdout.contains(&real_key));
+}
+
+/// A loopback upstream only over plain http; the key variable must hold a key.
+#[test]
+fn bad_gateway_flags_are_usage_errors() {
+    let project = Project::new(&[("a.txt", "x")]);
+    let out = run(agentbox()
+        .env_remove("OPENAI_API_KEY")
+        .args([
+            "exec",
+            "--model-gateway=openai",
+            "--gateway-upstream",
+            "http://api.example.com/v1",
+        ])
+        .arg(project.path())
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("https only"), "{}", text(&out.stderr));
+    let out = run(agentbox()
+        .env_remove("OPENAI_API_KEY")
+        .args([
+            "exec",
+            "--model-gateway=openai",
+            "--gateway-upstream",
+            "https://api.example.com/v1",
+        ])
+        .arg(project.path())
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no key in OPENAI_API_KEY"),
+        "{}",
+        text(&out.stderr)
+    );
+}
