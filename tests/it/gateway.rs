@@ -291,3 +291,144 @@ fn bad_gateway_flags_are_usage_errors() {
         text(&out.stderr)
     );
 }
+
+const ANTHROPIC_PROBE: &str = r#"
+import json, os, urllib.request, urllib.error
+
+ROOT = os.environ["ANTHROPIC_BASE_URL"]
+KEY = os.environ["ANTHROPIC_API_KEY"]
+
+def call(path, body, headers=None, method="POST"):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(ROOT + path, data=data, method=method)
+    req.add_header("content-type", "application/json")
+    req.add_header("anthropic-version", "2023-06-01")
+    for k, v in (headers or {"x-api-key": KEY}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+msg = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+out = {
+    "plain": call("/v1/messages", msg),
+    "stream": call("/v1/messages", dict(msg, stream=True)),
+    "bearer": call("/v1/messages", msg, headers={"authorization": "Bearer " + KEY}),
+    "models": call("/v1/models", None, method="GET"),
+    "web_fetch": call("/v1/messages", dict(msg, tools=[{"type": "web_fetch_20250910", "name": "web_fetch"}])),
+    "url_document": call("/v1/messages", dict(msg, messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}]}])),
+    "batches": call("/v1/messages/batches", {"requests": []}),
+    "openai_path": call("/v1/chat/completions", msg),
+}
+print("PROBE " + json.dumps(out))
+"#;
+
+fn anthropic_stream() -> Vec<u8> {
+    let events = [
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_s", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5", "content": [], "usage": {"input_tokens": 30, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "streamed anthropic"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    events
+        .iter()
+        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// The Anthropic side: `x-api-key` and bearer clients, a streamed reply passed through and
+/// counted, `GET /v1/models`; a fetching tool, a URL document, batches and another
+/// provider's path refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_anthropic_endpoint_passes_streams_and_refuses_fetches() {
+    let server = ModelServer::start(vec![
+        Reply::ok(crate::support::model_server::anthropic_turn("plain answer", &[])),
+        Reply::Raw {
+            status: 200,
+            body: anthropic_stream(),
+        },
+        Reply::ok(crate::support::model_server::anthropic_turn("bearer answer", &[])),
+        Reply::ok(json!({"data": [{"type": "model", "id": "claude-sonnet-4-5"}], "has_more": false})),
+    ])
+    .await;
+    let real_key = format!("sk-ant-real-{}", uuid::Uuid::new_v4().simple());
+    let project = Project::new(&[("probe.py", ANTHROPIC_PROBE)]);
+    let out = run(agentbox()
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("ANTHROPIC_API_KEY", &real_key)
+        .args(["exec", "--no-setup", "--model-gateway"])
+        .args(["--gateway-upstream", &server.anthropic_url()])
+        .arg(project.path())
+        .args(["--", "python3", "probe.py"]));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    let probe = probe_line(&stdout, "anthropic");
+    let status = |k: &str| probe[k][0].as_u64().unwrap_or_else(|| panic!("{k}: {probe}"));
+    assert_eq!(status("plain"), 200, "{probe}");
+    assert!(probe["plain"][1].as_str().unwrap().contains("plain answer"));
+    assert_eq!(status("stream"), 200, "{probe}");
+    let streamed = probe["stream"][1].as_str().unwrap();
+    assert!(streamed.contains("event: message_delta") && streamed.contains("streamed anthropic"));
+    assert_eq!(status("bearer"), 200, "{probe}");
+    assert_eq!(status("models"), 200, "{probe}");
+    assert_eq!(status("web_fetch"), 403, "{probe}");
+    assert_eq!(status("url_document"), 403, "{probe}");
+    assert_eq!(status("batches"), 404, "{probe}");
+    assert_eq!(status("openai_path"), 404, "{probe}");
+
+    let seen = server.requests();
+    let paths: Vec<&str> = seen.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/v1/messages", "/v1/messages", "/v1/messages", "/v1/models"]
+    );
+    assert_eq!(seen[0].header("x-api-key"), Some(real_key.as_str()));
+    assert_eq!(seen[0].header("authorization"), None);
+    assert_eq!(seen[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        seen[2].header("authorization"),
+        Some(format!("Bearer {real_key}").as_str())
+    );
+    assert_eq!(seen[2].header("x-api-key"), None);
+    for r in &seen {
+        assert!(
+            !r.headers.iter().any(|(_, v)| v.contains("agentbox-gateway-")),
+            "{:?}",
+            r.headers
+        );
+    }
+    // 150 + 100 + 30 in (cached included), 20 + 20 + 7 out; a cost from the list price.
+    assert!(
+        stderr.contains("model gateway: 4 requests forwarded, 4 refused; 330 in / 47 out tokens, ~$"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("refused: the request asks for the server-side tool \"web_fetch\""),
+        "{stderr}"
+    );
+}
