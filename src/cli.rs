@@ -187,6 +187,12 @@ pub struct GatewayArgs {
     /// to FILE as JSON lines.
     #[arg(long, value_name = "FILE", requires = "model_gateway")]
     pub gateway_log: Option<PathBuf>,
+
+    /// A secret for one host: the sandbox gets NAME=agentbox-secret-... (a sentinel) and
+    /// AGENTBOX_SECRET_NAME_URL=http://127.0.0.1:PORT; requests there go to the upstream over
+    /// TLS with the host's $NAME in place of the sentinel in HEADER only. Repeatable.
+    #[arg(long, value_name = "NAME@https://HOST[:PORT]:HEADER")]
+    pub secret: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cli::GatewayArgs;
 use crate::config::UsageError;
+use crate::gateway::secrets::{Binding, SecretRecord, Secrets};
 use crate::gateway::{Gateway, Provider, Record, Settings, Upstream};
 use crate::output::escaped;
 use crate::sandbox::{ExecMode, Forward, Sandbox};
@@ -15,10 +16,13 @@ use crate::sandbox::{ExecMode, Forward, Sandbox};
 /// How long the gateway waits for an upstream's whole answer (a long streamed reply included).
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// A session's gateway and what it has done; dropping it closes the gateway.
+/// A session's model gateway and secrets' endpoints, and what they have done; dropping it
+/// closes them.
 pub struct ModelGateway {
-    gateway: Gateway,
+    gateway: Option<Gateway>,
+    secrets: Option<Secrets>,
     records: Arc<Mutex<Vec<Record>>>,
+    secret_records: Arc<Mutex<Vec<SecretRecord>>>,
     budget: Option<u64>,
 }
 
@@ -207,14 +211,48 @@ fn describe(r: &Record) -> String {
     }
 }
 
-impl ModelGateway {
-    /// Start the gateway if `--model-gateway` was given. `live`: say each request on stderr as
-    /// it ends (`mcp`, whose stderr is a log; a shell's terminal is the sandbox's).
-    pub fn start(args: &GatewayArgs, live: bool) -> Result<Option<ModelGateway>, UsageError> {
-        let Some(settings) = settings(args)? else {
-            return Ok(None);
+fn describe_secret(r: &SecretRecord) -> String {
+    format!(
+        "{} {} {} -> {}{}{}",
+        r.name,
+        r.method,
+        r.path,
+        r.status,
+        if r.substituted { ", value put in" } else { "" },
+        r.error.as_deref().map_or(String::new(), |e| format!(": {e}"))
+    )
+}
+
+/// Each `--secret` with its value from the host's environment.
+fn secret_bindings(specs: &[String]) -> Result<Vec<Binding>, UsageError> {
+    let mut out: Vec<Binding> = Vec::new();
+    for spec in specs {
+        let spec = crate::gateway::secrets::parse_secret(spec).map_err(UsageError)?;
+        if out.iter().any(|b| b.spec.name == spec.name) {
+            return Err(UsageError(format!("--secret {}: named twice", spec.name)));
+        }
+        let Some(value) = env_nonempty(&spec.name) else {
+            return Err(UsageError(format!(
+                "--secret {}: the host's environment has no {}",
+                spec.name, spec.name
+            )));
         };
-        let budget = settings.budget_tokens;
+        out.push(Binding { spec, value });
+    }
+    Ok(out)
+}
+
+impl ModelGateway {
+    /// Start the gateway if `--model-gateway` was given, and the secrets' endpoints. `live`:
+    /// say each request on stderr as it ends (`mcp`, whose stderr is a log; a shell's terminal
+    /// is the sandbox's).
+    pub fn start(args: &GatewayArgs, live: bool) -> Result<Option<ModelGateway>, UsageError> {
+        let bindings = secret_bindings(&args.secret)?;
+        let settings = settings(args)?;
+        if settings.is_none() && bindings.is_empty() {
+            return Ok(None);
+        }
+        let budget = settings.as_ref().and_then(|s| s.budget_tokens);
         let log = match &args.gateway_log {
             Some(path) => {
                 Some(Mutex::new(std::fs::File::create(path).map_err(|e| {
@@ -251,21 +289,57 @@ impl ModelGateway {
                 all.push(r.clone());
             }
         });
-        let gateway =
-            Gateway::start(settings, observer).map_err(|e| UsageError(format!("--model-gateway: {e}")))?;
+        let gateway = match settings {
+            Some(settings) => Some(
+                Gateway::start(settings, observer)
+                    .map_err(|e| UsageError(format!("--model-gateway: {e}")))?,
+            ),
+            None => None,
+        };
+        let secret_records: Arc<Mutex<Vec<SecretRecord>>> = Arc::default();
+        let kept = secret_records.clone();
+        let secrets = if bindings.is_empty() {
+            None
+        } else {
+            let observer = Arc::new(move |r: &SecretRecord| {
+                tracing::info!(
+                    secret = %r.name,
+                    method = %r.method,
+                    path = %r.path.escape_debug(),
+                    status = r.status,
+                    substituted = r.substituted,
+                    latency_ms = r.latency_ms,
+                    error = ?r.error,
+                    "secret endpoint request"
+                );
+                if live {
+                    errln!("agentbox: secret: {}", escaped(describe_secret(r)));
+                }
+                if let Ok(mut all) = kept.lock() {
+                    all.push(r.clone());
+                }
+            });
+            Some(Secrets::start(bindings, observer).map_err(|e| UsageError(format!("--secret: {e}")))?)
+        };
         Ok(Some(ModelGateway {
             gateway,
+            secrets,
             records,
+            secret_records,
             budget,
         }))
     }
 
     pub fn forwards(&self) -> Vec<Forward> {
-        self.gateway.forwards()
+        let mut out: Vec<Forward> = self.gateway.iter().flat_map(Gateway::forwards).collect();
+        out.extend(self.secrets.iter().flat_map(Secrets::forwards));
+        out
     }
 
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
-        self.gateway.sandbox_env()
+        let mut out: Vec<(String, String)> = self.gateway.iter().flat_map(Gateway::sandbox_env).collect();
+        out.extend(self.secrets.iter().flat_map(Secrets::sandbox_env));
+        out
     }
 
     /// Refuse a sandbox without the command runner that forwards; otherwise say where the
@@ -273,12 +347,23 @@ impl ModelGateway {
     pub fn announce(&self, sandbox: &dyn Sandbox) -> Result<(), UsageError> {
         if sandbox.info().exec_mode != ExecMode::Persistent {
             return Err(UsageError(
-                "--model-gateway needs the sandbox's command runner, which forwards the endpoints: an image with python3, without --per-call-exec"
+                "--model-gateway and --secret need the sandbox's command runner, which forwards the endpoints: an image with python3, without --per-call-exec"
                     .into(),
             ));
         }
-        let endpoints: Vec<String> = self
-            .gateway
+        for (name, url) in self.secrets.iter().flat_map(Secrets::endpoints) {
+            errln!(
+                "agentbox: secret {}: {} in the sandbox (AGENTBOX_SECRET_{}_URL); ${} there is a sentinel",
+                escaped(&name),
+                escaped(url),
+                escaped(&name),
+                escaped(&name)
+            );
+        }
+        let Some(gateway) = &self.gateway else {
+            return Ok(());
+        };
+        let endpoints: Vec<String> = gateway
             .providers()
             .iter()
             .map(|p| {
@@ -299,6 +384,22 @@ impl ModelGateway {
 
     /// The lines said at the end: the refusals, then one summary.
     pub fn summary(&self) {
+        if self.secrets.is_some()
+            && let Ok(records) = self.secret_records.lock()
+        {
+            let substituted = records.iter().filter(|r| r.substituted).count();
+            let failed = records.iter().filter(|r| r.error.is_some()).count();
+            errln!(
+                "agentbox: secrets: {} request{} ({} with the value put in, {} failed)",
+                records.len(),
+                if records.len() == 1 { "" } else { "s" },
+                substituted,
+                failed
+            );
+        }
+        if self.gateway.is_none() {
+            return;
+        }
         let Ok(records) = self.records.lock() else {
             return;
         };

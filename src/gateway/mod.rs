@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod meter;
+pub mod secrets;
 mod server;
 
 use std::path::PathBuf;

@@ -432,3 +432,100 @@ async fn the_anthropic_endpoint_passes_streams_and_refuses_fetches() {
         "{stderr}"
     );
 }
+
+const SECRET_PROBE: &str = r#"
+import json, os, sys, urllib.request
+
+def send(url, headers, body):
+    req = urllib.request.Request(url, data=body.encode(), method="POST")
+    for k, v in headers.items():
+        req.add_header(k, v)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status
+
+token, other = os.environ["TOKEN"], os.environ["OTHER"]
+a = send(os.environ["AGENTBOX_SECRET_TOKEN_URL"] + "/repos/x?page=2",
+         {"authorization": "Bearer " + token, "x-echo": token, "content-type": "application/json"},
+         json.dumps({"leak": token}))
+b = send(os.environ["AGENTBOX_SECRET_OTHER_URL"] + "/v1/p",
+         {"x-api-key": other, "authorization": "Bearer " + token, "content-type": "application/json"},
+         "{}")
+environ = b""
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            environ += open(f"/proc/{p}/environ", "rb").read()
+        except OSError:
+            pass
+# The real values, given reversed so that no argv inside holds them.
+real = [s[::-1] for s in sys.argv[1:]]
+print("PROBE " + json.dumps({"a": a, "b": b, "token": token, "other": other,
+      "sentinels_in_environ": token.encode() in environ and other.encode() in environ,
+      "real_in_environ": [r for r in real if r.encode() in environ]}))
+"#;
+
+/// `--secret`: each endpoint puts its own value in its own header for its own upstream, and
+/// nowhere else: not in another header, not in the body, not for another secret's upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_goes_in_its_header_to_its_host_only() {
+    let a = ModelServer::start(vec![Reply::ok(json!({"ok": true}))]).await;
+    let b = ModelServer::start(vec![Reply::ok(json!({"ok": true}))]).await;
+    let token = format!("ghp_real_{}", uuid::Uuid::new_v4().simple());
+    let other = format!("other_real_{}", uuid::Uuid::new_v4().simple());
+    let project = Project::new(&[("probe.py", SECRET_PROBE)]);
+    let out = run(agentbox()
+        .env("TOKEN", &token)
+        .env("OTHER", &other)
+        .args(["exec", "--no-setup"])
+        .args(["--secret", &format!("TOKEN@{}:Authorization", a.anthropic_url())])
+        .args(["--secret", &format!("OTHER@{}:x-api-key", b.anthropic_url())])
+        .arg(project.path())
+        .args(["--", "python3", "probe.py"])
+        .arg(token.chars().rev().collect::<String>())
+        .arg(other.chars().rev().collect::<String>()));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    let probe = probe_line(&stdout, "secret");
+    assert_eq!(probe["sentinels_in_environ"], true, "{probe}");
+    assert_eq!(probe["real_in_environ"], json!([]), "{probe}");
+    assert_eq!(
+        (probe["a"].as_u64(), probe["b"].as_u64()),
+        (Some(200), Some(200)),
+        "{probe}"
+    );
+    let sentinel = probe["token"].as_str().unwrap();
+    assert!(sentinel.starts_with("agentbox-secret-"), "{probe}");
+    assert!(
+        probe["other"].as_str().unwrap().starts_with("agentbox-secret-"),
+        "{probe}"
+    );
+    assert!(!stdout.contains(&token) && !stdout.contains(&other), "{stdout}");
+
+    let seen = a.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/repos/x?page=2");
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {token}").as_str())
+    );
+    assert_eq!(
+        seen[0].header("x-echo"),
+        Some(sentinel),
+        "another header keeps the sentinel"
+    );
+    assert_eq!(seen[0].body["leak"], sentinel, "the body keeps the sentinel");
+    let seen = b.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("x-api-key"), Some(other.as_str()));
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {sentinel}").as_str()),
+        "TOKEN's value never goes to OTHER's host"
+    );
+    assert!(
+        stderr.contains("agentbox: secrets: 2 requests (2 with the value put in, 0 failed)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&token) && !stderr.contains(&other), "{stderr}");
+}
