@@ -184,6 +184,15 @@ pub fn settings(args: &GatewayArgs) -> Result<Option<Settings>, UsageError> {
     }))
 }
 
+/// An estimate in dollars, with the digits a small one needs.
+fn dollars(c: f64) -> String {
+    if c >= 0.01 {
+        format!("${c:.2}")
+    } else {
+        format!("${c:.6}")
+    }
+}
+
 /// One record as a line for the user.
 fn describe(r: &Record) -> String {
     let model = r.model.as_deref().unwrap_or("-");
@@ -205,7 +214,7 @@ fn describe(r: &Record) -> String {
             r.status,
             r.input_tokens.map_or("?".into(), |n| n.to_string()),
             r.output_tokens.map_or("?".into(), |n| n.to_string()),
-            r.cost_usd.map_or(String::new(), |c| format!(", ~${c:.4}")),
+            r.cost_usd.map_or(String::new(), |c| format!(", ~{}", dollars(c))),
             r.latency_ms
         ),
     }
@@ -417,7 +426,7 @@ impl ModelGateway {
         let cost = if costs.is_empty() {
             String::new()
         } else {
-            format!(", ~${:.4}", costs.iter().sum::<f64>())
+            format!(", ~{}", dollars(costs.iter().sum::<f64>()))
         };
         errln!(
             "agentbox: model gateway: {} request{} forwarded, {} refused; {} in / {} out tokens{}",
