@@ -37,7 +37,6 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let gateway = super::gateway::ModelGateway::start(&args.gateway, true)?.map(std::sync::Arc::new);
     if let Some(g) = &gateway {
         cfg.extras.forwards.extend(g.forwards());
-        cfg.extras.env.extend(g.sandbox_env());
     }
     for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
@@ -240,6 +239,10 @@ async fn open_inner(
         vec![Box::new(log)],
     )
     .await?;
+    // After setup, which sets the agent phase's environment afresh (keeping the forwards).
+    if let Some(g) = &env.gateway {
+        env.cfg.extras.env.extend(g.sandbox_env());
+    }
     let (sandbox, copy) = match env.isolate {
         Some(patch) => {
             let (sandbox, copy) = IsolatedCopy::open(&env.cfg, &env.project, patch).await?;
