@@ -529,3 +529,130 @@ async fn a_secret_goes_in_its_header_to_its_host_only() {
     );
     assert!(!stderr.contains(&token) && !stderr.contains(&other), "{stderr}");
 }
+
+/// `mcp --model-gateway`: a command the client runs through the `bash` tool reaches the model
+/// through the gateway; each request is a line on the server's stderr as it ends, and the
+/// summary follows when the client goes. (JSON-RPC over stdio, written here: the request is the
+/// point, not the client.)
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_sessions_get_the_gateway_and_log_each_request() {
+    use std::io::{BufRead, BufReader, Write};
+    let server = ModelServer::start(vec![Reply::ok(chat_reply("mcp answer", 11, 4))]).await;
+    let real_key = format!("sk-real-{}", uuid::Uuid::new_v4().simple());
+    let call = r#"import json, os, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])
+"#;
+    let project = Project::new(&[("call.py", call)]);
+    let mut child = agentbox()
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("OPENAI_API_KEY", &real_key)
+        .args(["mcp", "--no-setup", "--model-gateway=openai"])
+        .args(["--gateway-upstream", &format!("{}/v1", server.anthropic_url())])
+        .arg(project.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let send = |stdin: &mut std::process::ChildStdin, v: Value| {
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut reply_to = |id: u64| -> Value {
+        loop {
+            let mut line = String::new();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "the server closed stdout"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}),
+    );
+    reply_to(1);
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "bash", "arguments": {"command": "python3 call.py; env | grep -c =agentbox-gateway-"}}}),
+    );
+    let result = reply_to(2).to_string();
+    assert!(result.contains("mcp answer"), "{result}");
+    assert!(!result.contains(&real_key), "{result}");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("agentbox: model gateway: openai POST /v1/chat/completions model gpt-4o-mini -> 200, 11 in / 4 out tokens"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("model gateway: 1 request forwarded, 0 refused; 11 in / 4 out tokens"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&real_key));
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {real_key}").as_str())
+    );
+}
+
+/// `shell --model-gateway -- CMD` (a terminal): the command reaches the model through the
+/// gateway; the summary is said after the terminal is given back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shell_gets_the_gateway_too() {
+    let server = ModelServer::start(vec![Reply::ok(chat_reply("shell answer", 7, 3))]).await;
+    let real_key = format!("sk-real-{}", uuid::Uuid::new_v4().simple());
+    let call = r#"import json, os, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])
+"#;
+    let project = Project::new(&[("call.py", call)]);
+    let upstream = format!("{}/v1", server.anthropic_url());
+    let path = project.path().display().to_string();
+    let mut pty = crate::support::pty::Pty::spawn_with(
+        &[
+            "shell",
+            "--no-setup",
+            "--model-gateway=openai",
+            "--gateway-upstream",
+            &upstream,
+            &path,
+            "--",
+            "python3",
+            "call.py",
+        ],
+        &[("OPENAI_API_KEY", &real_key)],
+    );
+    let code = tokio::task::block_in_place(|| {
+        let at = pty.wait_for("shell answer", 0);
+        pty.wait_for(
+            "model gateway: 1 request forwarded, 0 refused; 7 in / 3 out tokens",
+            at,
+        );
+        pty.wait_exit()
+    });
+    assert_eq!(code, 0, "{}", pty.screen());
+    assert!(!pty.screen().contains(&real_key));
+    assert_eq!(server.requests().len(), 1);
+}
