@@ -656,3 +656,92 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
     assert!(!pty.screen().contains(&real_key));
     assert_eq!(server.requests().len(), 1);
 }
+
+/// The gateway's host side, spoken to on its socket as the sandbox would (no container): a
+/// request line naming another host and a `Host` header of the sandbox's choosing still go to
+/// the one upstream; a body over the bound is refused before anything is read upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
+    use agentbox::gateway::{Gateway, Provider, Settings, Upstream};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = ModelServer::start(vec![Reply::ok(chat_reply("ok", 1, 1))]).await;
+    let records = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = records.clone();
+    let gateway = Gateway::start(
+        Settings {
+            upstreams: vec![Upstream {
+                provider: Provider::Openai,
+                base_url: format!("{}/v1", server.anthropic_url()).parse().unwrap(),
+                key: Some("host-key".into()),
+            }],
+            models: vec![],
+            allow_tools: vec![],
+            budget_tokens: None,
+            max_body: 1024,
+            max_concurrent: 8,
+            request_timeout: std::time::Duration::from_secs(30),
+        },
+        std::sync::Arc::new(move |r: &agentbox::gateway::Record| kept.lock().unwrap().push(r.clone())),
+    )
+    .unwrap();
+    let socket = gateway.socket(Provider::Openai).unwrap().to_path_buf();
+    let ask = |head: String, body: String| {
+        let socket = socket.clone();
+        async move {
+            let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            s.write_all(
+                format!(
+                    "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).await.unwrap();
+            reply
+        }
+    };
+    let sentinel = gateway.sentinel().to_string();
+    let body = json!({"model": "m", "messages": []}).to_string();
+    let reply = ask(
+        format!(
+            "POST http://evil.example:9/v1/chat/completions HTTP/1.1\r\nHost: evil.example:9\r\nAuthorization: Bearer {sentinel}\r\nX-Forwarded-Host: evil.example\r\n"
+        ),
+        body.clone(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(seen[0].header("host"), Some(server.addr.to_string().as_str()));
+    assert_eq!(seen[0].header("x-forwarded-host"), None);
+    assert_eq!(seen[0].header("authorization"), Some("Bearer host-key"));
+
+    let reply = ask(
+        format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sentinel}\r\n"),
+        "x".repeat(2000),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    // A path spelled another way is not the endpoint.
+    for path in [
+        "/v1/chat/completions/",
+        "/v1//chat/completions",
+        "/v1/chat/%63ompletions",
+        "/v1/x/../chat/completions",
+    ] {
+        let reply = ask(
+            format!("POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sentinel}\r\n"),
+            body.clone(),
+        )
+        .await;
+        assert!(reply.starts_with("HTTP/1.1 404"), "{path}: {reply}");
+    }
+    assert_eq!(server.requests().len(), 1, "nothing more reached the upstream");
+    let records = records.lock().unwrap();
+    assert_eq!(records.len(), 6);
+    assert_eq!(records.iter().filter(|r| r.refused.is_some()).count(), 5);
+}
