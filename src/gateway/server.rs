@@ -440,6 +440,11 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
                 }
             }
         }
+        // An upstream that quotes the key back (an error naming it) does not hand it to the
+        // sandbox: the sentinel stands in for it there too.
+        if let Some(key) = upstream.key.as_deref() {
+            read = replace_all(&read, key.as_bytes(), shared.sentinel.as_bytes());
+        }
         let mut reported = Reported::default();
         if let Ok(doc) = serde_json::from_slice::<Value>(&read) {
             reported.read(&doc);
@@ -452,6 +457,22 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
     *response.status_mut() = status;
     *response.headers_mut() = response_headers;
     response
+}
+
+/// `haystack` with every `needle` replaced by `with`.
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    if needle.is_empty() {
+        return haystack.to_vec();
+    }
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut rest = haystack;
+    while let Some(i) = rest.windows(needle.len()).position(|w| w == needle) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(with);
+        rest = &rest[i + needle.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 #[cfg(test)]
@@ -472,6 +493,16 @@ mod tests {
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "abcd"));
+    }
+
+    #[test]
+    fn a_quoted_key_is_replaced() {
+        assert_eq!(
+            replace_all(b"bad key sk-1 (sk-1)", b"sk-1", b"S"),
+            b"bad key S (S)"
+        );
+        assert_eq!(replace_all(b"none", b"sk-1", b"S"), b"none");
+        assert_eq!(replace_all(b"x", b"", b"S"), b"x");
     }
 
     #[test]

@@ -664,7 +664,14 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
 async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
     use agentbox::gateway::{Gateway, Provider, Settings, Upstream};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = ModelServer::start(vec![Reply::ok(chat_reply("ok", 1, 1))]).await;
+    let server = ModelServer::start(vec![
+        Reply::ok(chat_reply("ok", 1, 1)),
+        Reply::status(
+            401,
+            json!({"error": {"message": "Incorrect API key provided: host-key."}}),
+        ),
+    ])
+    .await;
     let records = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let kept = records.clone();
     let gateway = Gateway::start(
@@ -726,6 +733,17 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    // An upstream that quotes the key back: the sandbox reads the sentinel there.
+    let reply = ask(
+        format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sentinel}\r\n"),
+        body.clone(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert!(
+        !reply.contains("host-key") && reply.contains(&sentinel),
+        "{reply}"
+    );
     // A path spelled another way is not the endpoint.
     for path in [
         "/v1/chat/completions/",
@@ -740,8 +758,8 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
         .await;
         assert!(reply.starts_with("HTTP/1.1 404"), "{path}: {reply}");
     }
-    assert_eq!(server.requests().len(), 1, "nothing more reached the upstream");
+    assert_eq!(server.requests().len(), 2, "nothing more reached the upstream");
     let records = records.lock().unwrap();
-    assert_eq!(records.len(), 6);
+    assert_eq!(records.len(), 7);
     assert_eq!(records.iter().filter(|r| r.refused.is_some()).count(), 5);
 }
