@@ -236,7 +236,7 @@ fn describe_secret(r: &SecretRecord) -> String {
 fn secret_bindings(specs: &[String]) -> Result<Vec<Binding>, UsageError> {
     let mut out: Vec<Binding> = Vec::new();
     for spec in specs {
-        let spec = crate::gateway::secrets::parse_secret(spec).map_err(UsageError)?;
+        let spec = crate::gateway::secrets::parse_secret(spec).map_err(|e| UsageError(e.to_string()))?;
         if out.iter().any(|b| b.spec.name == spec.name) {
             return Err(UsageError(format!("--secret {}: named twice", spec.name)));
         }

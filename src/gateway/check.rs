@@ -67,10 +67,27 @@ fn allowed(allow: &[String], name: &str) -> bool {
     allow.iter().any(|a| a == name)
 }
 
-fn refuse_tool(name: &str) -> String {
-    format!(
-        "the request asks for the server-side tool {name:?}, with which the provider acts on the network for the sandbox; allow it with --gateway-allow-tool {name}"
-    )
+/// Why a request's body is refused: the words the sandbox's client reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the request body is not a JSON object")]
+    NotAnObject,
+    #[error("the model {model:?} is not one the gateway allows (--gateway-model: {})", allowed.join(", "))]
+    Model { model: String, allowed: Vec<String> },
+    #[error("the request names no model, and --gateway-model limits them")]
+    NoModel,
+    #[error(
+        "the request asks for the server-side tool {0:?}, with which the provider acts on the network for the sandbox; allow it with --gateway-allow-tool {0}"
+    )]
+    Tool(String),
+    #[error(
+        "the request has a content source the provider would fetch ({0}); send the content itself (base64 or a data: URL), or allow it with --gateway-allow-tool {URL_SOURCE}"
+    )]
+    UrlSource(String),
+}
+
+fn refuse_tool(name: &str) -> Refusal {
+    Refusal::Tool(name.to_string())
 }
 
 /// Check a request's body (a JSON object) against the allowlists. `Err`: why it is refused.
@@ -80,24 +97,24 @@ pub fn body(
     body: &Value,
     models: &[String],
     allow: &[String],
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if !endpoint.has_body() {
         return Ok(());
     }
     let Some(obj) = body.as_object() else {
-        return Err("the request body is not a JSON object".into());
+        return Err(Refusal::NotAnObject);
     };
     let model = obj.get("model").and_then(Value::as_str);
     if !models.is_empty() {
         match model {
             Some(m) if models.iter().any(|a| a == m) => {}
             Some(m) => {
-                return Err(format!(
-                    "the model {m:?} is not one the gateway allows (--gateway-model: {})",
-                    models.join(", ")
-                ));
+                return Err(Refusal::Model {
+                    model: m.to_string(),
+                    allowed: models.to_vec(),
+                });
             }
-            None => return Err("the request names no model, and --gateway-model limits them".into()),
+            None => return Err(Refusal::NoModel),
         }
     }
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
@@ -129,10 +146,7 @@ pub fn body(
     if !allowed(allow, URL_SOURCE)
         && let Some(url) = url_source(body, 0)
     {
-        return Err(format!(
-            "the request has a content source the provider would fetch ({}); send the content itself (base64 or a data: URL), or allow it with --gateway-allow-tool {URL_SOURCE}",
-            url.chars().take(80).collect::<String>()
-        ));
+        return Err(Refusal::UrlSource(url.chars().take(80).collect()));
     }
     Ok(())
 }
@@ -188,7 +202,7 @@ mod tests {
     use serde_json::json;
 
     fn check(p: Provider, e: Endpoint, b: Value) -> Result<(), String> {
-        body(p, e, &b, &[], &[])
+        body(p, e, &b, &[], &[]).map_err(|r| r.to_string())
     }
 
     #[test]
@@ -328,7 +342,9 @@ mod tests {
         let b = json!({"model": "gpt-4o-mini", "messages": []});
         assert!(body(Provider::Openai, Endpoint::ChatCompletions, &b, &models, &[]).is_ok());
         let b = json!({"model": "gpt-5", "messages": []});
-        let e = body(Provider::Openai, Endpoint::ChatCompletions, &b, &models, &[]).unwrap_err();
+        let e = body(Provider::Openai, Endpoint::ChatCompletions, &b, &models, &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("gpt-5") && e.contains("--gateway-model"), "{e}");
         let b = json!({"messages": []});
         assert!(body(Provider::Openai, Endpoint::ChatCompletions, &b, &models, &[]).is_err());

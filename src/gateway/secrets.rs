@@ -37,39 +37,63 @@ pub struct SecretSpec {
     pub header: HeaderName,
 }
 
+/// A `--secret` that cannot be used, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("--secret {spec}: {why}")]
+pub struct BadSecret {
+    spec: String,
+    why: SecretFault,
+}
+
+/// What is wrong with a `--secret`.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFault {
+    #[error("the form is NAME@https://HOST[:PORT]:HEADER")]
+    Form,
+    #[error("{0:?} must be an environment variable's name (A-Z, 0-9, _)")]
+    NotAName(String),
+    #[error("{0} is a variable the sandbox needs for itself")]
+    Reserved(String),
+    #[error("{0:?} is not a header name (the form is NAME@https://HOST[:PORT]:HEADER)")]
+    NotAHeader(String),
+    #[error("not a header a secret can go in")]
+    ForbiddenHeader,
+    #[error(transparent)]
+    Upstream(#[from] super::UpstreamError),
+}
+
 /// Parse `NAME@https://HOST[:PORT][/PATH]:HEADER`. Plain http only to a loopback address.
-pub fn parse_secret(spec: &str) -> Result<SecretSpec, String> {
-    let form = "the form is NAME@https://HOST[:PORT]:HEADER";
+pub fn parse_secret(spec: &str) -> Result<SecretSpec, BadSecret> {
+    let bad = |why: SecretFault| BadSecret {
+        spec: spec.to_string(),
+        why,
+    };
     let Some((name, rest)) = spec.split_once('@') else {
-        return Err(format!("--secret {spec}: {form}"));
+        return Err(bad(SecretFault::Form));
     };
     let valid_name = name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
         && name
             .chars()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
     if !valid_name {
-        return Err(format!(
-            "--secret {spec}: {name:?} must be an environment variable's name (A-Z, 0-9, _)"
-        ));
+        return Err(bad(SecretFault::NotAName(name.to_string())));
     }
     let reserved = ["PATH", "HOME", "LANG", "TERM", "USER", "SHELL", "PWD", "TMPDIR"];
     if reserved.contains(&name) || name.starts_with("AGENTBOX_") || name.ends_with("_BASE_URL") {
-        return Err(format!(
-            "--secret {spec}: {name} is a variable the sandbox needs for itself"
-        ));
+        return Err(bad(SecretFault::Reserved(name.to_string())));
     }
     let Some((url, header)) = rest.rsplit_once(':') else {
-        return Err(format!("--secret {spec}: {form}"));
+        return Err(bad(SecretFault::Form));
     };
     let header = HeaderName::from_bytes(header.as_bytes())
-        .map_err(|_| format!("--secret {spec}: {header:?} is not a header name ({form})"))?;
+        .map_err(|_| bad(SecretFault::NotAHeader(header.to_string())))?;
     if matches!(
         header.as_str(),
         "host" | "content-length" | "transfer-encoding" | "connection"
     ) {
-        return Err(format!("--secret {spec}: not a header a secret can go in"));
+        return Err(bad(SecretFault::ForbiddenHeader));
     }
-    let upstream = super::parse_upstream(url).map_err(|e| format!("--secret {spec}: {e}"))?;
+    let upstream = super::parse_upstream(url).map_err(|e| bad(e.into()))?;
     Ok(SecretSpec {
         name: name.to_string(),
         upstream,

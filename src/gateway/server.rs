@@ -313,7 +313,7 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
             &shared.settings.models,
             &shared.settings.allow_tools,
         ) {
-            return pending.refuse(StatusCode::FORBIDDEN, "permission_error", why);
+            return pending.refuse(StatusCode::FORBIDDEN, "permission_error", why.to_string());
         }
         // A streamed chat completion reports its usage only when asked: asked always, or the
         // budget could be spent uncounted.
@@ -327,8 +327,11 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
             } else {
                 *options = json!({"include_usage": true});
             }
-            body = Bytes::from(doc.to_string());
         }
+        // What goes upstream is the document that was checked, written again: a body the
+        // provider's parser could read differently (a key given twice, of which serde keeps the
+        // last and another parser the first) cannot carry past the checks what they refused.
+        body = Bytes::from(doc.to_string());
     }
     let Some(upstream) = shared.settings.upstreams.iter().find(|u| u.provider == provider) else {
         return pending.refuse(

@@ -670,6 +670,7 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
             401,
             json!({"error": {"message": "Incorrect API key provided: host-key."}}),
         ),
+        Reply::ok(chat_reply("ok", 1, 1)),
     ])
     .await;
     let records = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -759,7 +760,20 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
         assert!(reply.starts_with("HTTP/1.1 404"), "{path}: {reply}");
     }
     assert_eq!(server.requests().len(), 2, "nothing more reached the upstream");
+    // A key given twice: the checks read the last `tools`, and the upstream gets exactly the
+    // document they read, never the raw bytes another parser could read as the first.
+    let twice = r#"{"model": "m", "tools": [{"type": "web_search"}], "tools": [], "messages": []}"#;
+    let reply = ask(
+        format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sentinel}\r\n"),
+        twice.to_string(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[2].body, json!({"model": "m", "tools": [], "messages": []}));
+    assert!(!seen[2].raw.contains("web_search"), "{}", seen[2].raw);
     let records = records.lock().unwrap();
-    assert_eq!(records.len(), 7);
+    assert_eq!(records.len(), 8);
     assert_eq!(records.iter().filter(|r| r.refused.is_some()).count(), 5);
 }
