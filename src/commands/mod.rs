@@ -5,6 +5,7 @@ pub mod demo;
 pub mod doctor;
 pub mod eval;
 pub mod exec;
+pub mod gateway;
 pub mod gc;
 pub mod image;
 pub mod mcp;

@@ -21,6 +21,7 @@ mod engine_podman;
 mod engine_remote;
 mod eval;
 mod faults;
+mod gateway;
 mod gvisor;
 mod hostile;
 mod hostile_git;
