@@ -174,6 +174,14 @@ impl Session {
                 .map_err(|e| e.to_string()),
         );
         let (sandbox, isolation) = opened?;
+        if isolation.as_ref().is_some_and(|i| i.from_pool) {
+            events.emit(&Event::Note {
+                message: format!(
+                    "sandbox: from the warm pool (container {}), the project copied in",
+                    sandbox.info().container_id
+                ),
+            });
+        }
         for w in &sandbox.info().warnings {
             events.emit(&Event::Note {
                 message: format!("WARNING: {w}"),

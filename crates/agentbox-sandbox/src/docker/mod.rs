@@ -349,6 +349,24 @@ impl DockerSandbox {
         }
     }
 
+    /// Copy a project's archive into the workspace of a sandbox started with an empty one (a
+    /// pooled sandbox, see `pool`): the same archive API, the same tar (owned by the sandbox
+    /// user) as an `--isolate` volume's seeding.
+    pub async fn copy_in(&self, archive: &Path) -> Result<(), SandboxError> {
+        self.check_open()?;
+        let file = tokio::fs::File::open(archive)
+            .await
+            .map_err(|e| SandboxError::Other(format!("cannot read the project archive: {e}")))?;
+        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+        let opts = UploadToContainerOptionsBuilder::default()
+            .path(super::WORKSPACE)
+            .build();
+        self.docker
+            .upload_to_container(&self.info.container_id, Some(opts), body)
+            .await
+            .map_err(|e| SandboxError::docker("copy the project into the sandbox", e))
+    }
+
     /// For a bind-mounted project: move out git metadata the session planted or replaced, and
     /// list what changed. Call after [`Sandbox::shutdown`]: nothing may write while the host
     /// looks. `None` for an isolated project (the host's copy was not mounted), or when the
