@@ -135,6 +135,14 @@ async fn the_pool_hands_out_each_sandbox_once_and_refills() {
             pooled.insert(task, id.to_string());
         }
     }
+    // What changed is what the model did, nothing of the copy-in (owners, modes, times).
+    for line in std::fs::read_to_string(out.path().join("results.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        let r: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(r["changed_files"], json!(["made.txt"]), "{r}");
+    }
     let distinct: BTreeSet<&String> = machines.values().collect();
     assert_eq!(distinct.len(), 4, "a sandbox served two tasks: {machines:?}");
     // The first task asks before anything is pooled; every later one gets a pooled sandbox,
@@ -148,7 +156,11 @@ async fn the_pool_hands_out_each_sandbox_once_and_refills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_sandbox_has_the_full_policy_and_takes_the_project() {
     let docker = docker().await;
-    let project = Project::new(&[("hello.txt", "hi\n")]);
+    let project = Project::new(&[("hello.txt", "hi\n"), ("bin/run.sh", "#!/bin/sh\necho ran\n")]);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(project.file("bin/run.sh"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    }
     let (uid, gid) = project.owner();
     let cfg = config();
     let dir = project.path().to_path_buf();
@@ -194,13 +206,16 @@ async fn a_pooled_sandbox_has_the_full_policy_and_takes_the_project() {
     sb.copy_in(packed.tar.path()).await.unwrap();
     let seen = sb
         .exec(agentbox::sandbox::ExecRequest::shell(
-            "cat /workspace/hello.txt; stat -c %u:%g /workspace/hello.txt; echo more > /workspace/new.txt",
+            "cat /workspace/hello.txt; stat -c %u:%g /workspace/hello.txt /workspace/bin; stat -c %a /workspace/bin/run.sh; bin/run.sh; echo more > /workspace/new.txt",
             Duration::from_secs(30),
         ))
         .await
         .unwrap();
     assert!(seen.success(), "{}", seen.stderr.to_text());
-    assert_eq!(seen.stdout.to_text(), format!("hi\n{uid}:{gid}\n"));
+    assert_eq!(
+        seen.stdout.to_text(),
+        format!("hi\n{uid}:{gid}\n{uid}:{gid}\n750\nran\n")
+    );
 
     sb.shutdown().await.unwrap();
     again.shutdown().await.unwrap();
