@@ -595,7 +595,12 @@ async fn from_the_pool(n: usize, docker: &bollard::Docker, dir: &Path) {
         "target ≤ 100",
     );
     row("  of which the hand-out", &stats(take), "ms", "");
-    row("  of which the copy-in (archive API)", &stats(copy), "ms", "");
+    row(
+        "  of which the copy-in",
+        &stats(copy),
+        "ms",
+        "tar in the sandbox, through the executor",
+    );
 }
 
 /// A running container of the default image with no policy, no executor (`sleep 60`), in no

@@ -352,9 +352,10 @@ impl DockerSandbox {
     /// Copy a project's archive into the workspace of a sandbox started with an empty one (a
     /// pooled sandbox, see `pool`): the same tar (owned by the sandbox user) as an `--isolate`
     /// volume's seeding. A small one is unpacked by `tar` in the sandbox, as the sandbox user,
-    /// through the executor (~5 ms against the archive API's ~65 ms, measured): nothing of the
-    /// host takes part, and what it writes is the sandbox's own workspace. A larger one, or
-    /// one `tar` could not unpack (an image without it), goes through the archive API.
+    /// through the executor (no request to the daemon; a one-file project: 41 ms median on a
+    /// loaded 2-core machine, where the archive API took 65 ms): nothing of the host takes
+    /// part, and what it writes is the sandbox's own workspace. A larger one, or one `tar`
+    /// could not unpack (an image without it), goes through the archive API.
     pub async fn copy_in(&self, archive: &Path) -> Result<(), SandboxError> {
         /// The executor carries stdin in memory, base64 in a frame.
         const THROUGH_THE_EXECUTOR: u64 = 4 << 20;
