@@ -533,8 +533,11 @@ async fn from_pool(
         return Ok(None);
     };
     if let Err(e) = sb.copy_in(archive).await {
+        // A pooled sandbox that died while it waited, say: the session starts its own, which
+        // reports a failure that is not the pool's.
+        tracing::debug!(error = %e, "the project could not be copied into a pooled sandbox");
         let _ = sb.shutdown().await;
-        return Err(e.into());
+        return Ok(None);
     }
     Ok(Some(sb))
 }
