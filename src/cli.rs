@@ -768,6 +768,13 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
     pub prepare_ahead: Option<u32>,
 
+    /// Sandboxes kept started ahead of need (a warm pool), with the full policy and an empty
+    /// workspace: a task takes the next one and its project is copied in. Up to N of each
+    /// kind (image, user, limits, caches, services), within half the engine's memory; each
+    /// used once; removed at the end (0: none; not with --engine).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub pool: u32,
+
     /// Where results.jsonl, summary.md, report.html, diffs/ and trajectories/ go
     /// [default: eval-results/NAME-OF-TASKS_DIR].
     #[arg(long, value_name = "DIR")]

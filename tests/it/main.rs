@@ -32,6 +32,7 @@ mod hostile_verdict;
 mod images;
 mod isolate;
 mod mcp;
+mod pool;
 mod processes;
 mod publish;
 mod render;

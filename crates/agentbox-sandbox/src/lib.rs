@@ -20,6 +20,7 @@ mod identity;
 pub mod image;
 mod messages;
 mod policy;
+pub mod pool;
 mod project;
 pub mod publish;
 mod seccomp;
@@ -42,6 +43,7 @@ pub use policy::{
     HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     VolumeMount, WorkspaceSource, parse_size,
 };
+pub use pool::{POOL_LABEL, Pool};
 pub use project::{ProjectDir, bind_workspace, inspect_project};
 
 /// Where the project is mounted inside every sandbox.
