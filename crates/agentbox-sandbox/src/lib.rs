@@ -311,6 +311,9 @@ pub enum SandboxError {
     Image(#[from] image::ImageError),
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
+    /// The run is being cleaned up (interrupted, or at its end): nothing more is created.
+    #[error("agentbox is stopping: no sandbox is started any more")]
+    Closing,
     /// A service (`--service`) that could not start or become ready.
     #[error("the service {name} cannot serve the sandbox: {why}")]
     Service { name: String, why: String },

@@ -104,11 +104,11 @@ impl DockerSandbox {
             debug!(step = "engine checks", "engine checked");
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
-                    let registration = spec.cleanup.register(Resource::Creating {
+                    let registration = spec.cleanup.register_creating(Resource::Creating {
                         docker: docker.clone(),
                         name: name.clone(),
                         volume: true,
-                    });
+                    })?;
                     if let Err(e) = prepare_volume(docker, &spec, name, seed, &registration).await {
                         remove_volume(docker, name).await;
                         spec.cleanup.release(registration);
