@@ -1892,6 +1892,7 @@ async fn gateway(n: usize) {
             models: vec!["gpt-4o-mini".into()],
             allow_tools: vec![],
             budget_tokens: None,
+            budget_usd: None,
             max_body: agentbox::gateway::MAX_BODY,
             max_concurrent: agentbox::gateway::MAX_CONCURRENT,
             request_timeout: Duration::from_secs(60),

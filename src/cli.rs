@@ -177,6 +177,12 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "TOKENS", requires = "model_gateway")]
     pub gateway_budget: Option<u64>,
 
+    /// Estimated dollars (list prices, for the models agentbox knows the price of) after which
+    /// the gateway refuses further requests (429); while set, a model without a known price is
+    /// refused.
+    #[arg(long, value_name = "DOLLARS", requires = "model_gateway", value_parser = positive_dollars)]
+    pub gateway_budget_usd: Option<f64>,
+
     /// Let a server-side tool through, by name: web_search, web_fetch, code_execution, mcp,
     /// file_search, code_interpreter, url_source (URL image/document sources). Each makes the
     /// provider reach the network for the sandbox.
@@ -193,6 +199,11 @@ pub struct GatewayArgs {
     /// TLS with the host's $NAME in place of the sentinel in HEADER only. Repeatable.
     #[arg(long, value_name = "NAME@https://HOST[:PORT]:HEADER")]
     pub secret: Vec<String>,
+
+    /// The value of `--secret NAME` read from FILE (one trailing newline dropped) instead of
+    /// the host's environment: for a token kept in a file, never in a shell's environment.
+    #[arg(long, value_name = "NAME=FILE")]
+    pub secret_file: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -820,5 +831,19 @@ impl Command {
             Command::Doctor(a) => Some(&mut a.sandbox),
             Command::Gc(_) | Command::Image(_) => None,
         }
+    }
+}
+
+/// `--gateway-budget-usd`: a positive, finite number of dollars (`2.50`, `$2.50`).
+fn positive_dollars(text: &str) -> Result<f64, String> {
+    let n: f64 = text
+        .trim()
+        .trim_start_matches('$')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of dollars (e.g. 2.50)"))?;
+    if n.is_finite() && n > 0.0 {
+        Ok(n)
+    } else {
+        Err(format!("{text:?}: the budget must be more than 0 dollars"))
     }
 }

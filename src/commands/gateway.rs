@@ -24,6 +24,7 @@ pub struct ModelGateway {
     records: Arc<Mutex<Vec<Record>>>,
     secret_records: Arc<Mutex<Vec<SecretRecord>>>,
     budget: Option<u64>,
+    budget_usd: Option<f64>,
 }
 
 fn provider_named(name: &str) -> Option<Provider> {
@@ -178,6 +179,7 @@ pub fn settings(args: &GatewayArgs) -> Result<Option<Settings>, UsageError> {
         models: args.gateway_model.clone(),
         allow_tools: args.gateway_allow_tool.clone(),
         budget_tokens: args.gateway_budget,
+        budget_usd: args.gateway_budget_usd,
         max_body: crate::gateway::MAX_BODY,
         max_concurrent: crate::gateway::MAX_CONCURRENT,
         request_timeout: REQUEST_TIMEOUT,
@@ -233,22 +235,64 @@ fn describe_secret(r: &SecretRecord) -> String {
 }
 
 /// Each `--secret` with its value from the host's environment.
-fn secret_bindings(specs: &[String]) -> Result<Vec<Binding>, UsageError> {
+fn secret_bindings(specs: &[String], files: &[String]) -> Result<Vec<Binding>, UsageError> {
+    let mut from_file: Vec<(&str, &str)> = Vec::new();
+    for f in files {
+        let Some((name, path)) = f.split_once('=').filter(|(n, p)| !n.is_empty() && !p.is_empty()) else {
+            return Err(UsageError(format!("--secret-file {f}: the form is NAME=FILE")));
+        };
+        if !specs
+            .iter()
+            .any(|s| s.split_once('@').is_some_and(|(n, _)| n == name))
+        {
+            return Err(UsageError(format!(
+                "--secret-file {name}: no --secret {name}@... names where it goes"
+            )));
+        }
+        from_file.push((name, path));
+    }
     let mut out: Vec<Binding> = Vec::new();
     for spec in specs {
         let spec = crate::gateway::secrets::parse_secret(spec).map_err(|e| UsageError(e.to_string()))?;
         if out.iter().any(|b| b.spec.name == spec.name) {
             return Err(UsageError(format!("--secret {}: named twice", spec.name)));
         }
-        let Some(value) = env_nonempty(&spec.name) else {
-            return Err(UsageError(format!(
-                "--secret {}: the host's environment has no {}",
-                spec.name, spec.name
-            )));
+        let value = match from_file.iter().find(|(n, _)| *n == spec.name) {
+            Some((_, path)) => secret_from_file(&spec.name, path)?,
+            None => env_nonempty(&spec.name).ok_or_else(|| {
+                UsageError(format!(
+                    "--secret {}: the host's environment has no {} (or give --secret-file {}=FILE)",
+                    spec.name, spec.name, spec.name
+                ))
+            })?,
         };
         out.push(Binding { spec, value });
     }
     Ok(out)
+}
+
+/// A secret's value from a file: at most 64 KiB, one trailing newline dropped, not empty, and
+/// a valid header value (no other line break).
+fn secret_from_file(name: &str, path: &str) -> Result<String, UsageError> {
+    use std::io::Read;
+    let bad = |why: String| UsageError(format!("--secret-file {name}={path}: {why}"));
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(64 * 1024 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(e.to_string()))?;
+    if bytes.len() > 64 * 1024 {
+        return Err(bad("larger than 64 KiB: not a secret's value".into()));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
+    let value = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    if value.is_empty() || value.contains(['\r', '\n']) {
+        return Err(bad("empty, or more than one line".into()));
+    }
+    Ok(value.to_string())
 }
 
 impl ModelGateway {
@@ -256,12 +300,13 @@ impl ModelGateway {
     /// say each request on stderr as it ends (`mcp`, whose stderr is a log; a shell's terminal
     /// is the sandbox's).
     pub fn start(args: &GatewayArgs, live: bool) -> Result<Option<ModelGateway>, UsageError> {
-        let bindings = secret_bindings(&args.secret)?;
+        let bindings = secret_bindings(&args.secret, &args.secret_file)?;
         let settings = settings(args)?;
         if settings.is_none() && bindings.is_empty() {
             return Ok(None);
         }
         let budget = settings.as_ref().and_then(|s| s.budget_tokens);
+        let budget_usd = settings.as_ref().and_then(|s| s.budget_usd);
         let log = match &args.gateway_log {
             Some(path) => {
                 Some(Mutex::new(std::fs::File::create(path).map_err(|e| {
@@ -336,6 +381,7 @@ impl ModelGateway {
             records,
             secret_records,
             budget,
+            budget_usd,
         }))
     }
 
@@ -383,10 +429,15 @@ impl ModelGateway {
         errln!(
             "agentbox: model gateway: {} (the key inside is a sentinel for this run{})",
             escaped(endpoints.join(" ")),
-            escaped(match self.budget {
-                Some(b) => format!("; budget {b} tokens"),
-                None => String::new(),
-            })
+            escaped(
+                [
+                    self.budget.map(|b| format!("; budget {b} tokens")),
+                    self.budget_usd.map(|d| format!("; budget ${d}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<String>()
+            )
         );
         Ok(())
     }
@@ -470,5 +521,30 @@ mod tests {
         assert!(settings(&args("gemini", &[], &[])).is_err());
         assert!(settings(&args("openai", &["http://10.1.1.1/v1"], &[])).is_err());
         assert!(settings(&args("openai", &["bogus=http://127.0.0.1:1"], &[])).is_err());
+    }
+
+    #[test]
+    fn a_secret_from_a_file_is_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let spec = ["TOKEN@https://example.invalid:Authorization".to_string()];
+        let one = write("one", "abc\n");
+        let b = secret_bindings(&spec, &[format!("TOKEN={one}")]).unwrap();
+        assert_eq!(b[0].value, "abc");
+        for bad in [
+            write("two", "a\nb\n"),
+            write("empty", "\n"),
+            dir.path().join("none").display().to_string(),
+        ] {
+            let e = secret_bindings(&spec, &[format!("TOKEN={bad}")]).unwrap_err();
+            assert!(e.0.starts_with("--secret-file TOKEN="), "{}", e.0);
+        }
+        let e = secret_bindings(&spec, &[format!("OTHER={one}")]).unwrap_err();
+        assert!(e.0.contains("no --secret OTHER@"), "{}", e.0);
+        assert!(secret_bindings(&spec, &["TOKEN".to_string()]).is_err());
     }
 }

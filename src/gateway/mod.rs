@@ -148,6 +148,10 @@ pub struct Settings {
     pub allow_tools: Vec<String>,
     /// Input and output tokens, counted from the responses, after which requests are refused.
     pub budget_tokens: Option<u64>,
+    /// Estimated dollars (list prices of the models agentbox knows), counted from the
+    /// responses, after which requests are refused; while set, a model without a known price
+    /// is refused too (what it costs could not be counted).
+    pub budget_usd: Option<f64>,
     pub max_body: usize,
     pub max_concurrent: usize,
     /// Each upstream request's limit.
@@ -181,6 +185,8 @@ pub type Observer = Arc<dyn Fn(&Record) + Send + Sync>;
 #[derive(Debug, Default)]
 pub struct Spent {
     tokens: AtomicU64,
+    /// Millionths of a dollar: an integer, so adding from concurrent requests is atomic.
+    micro_usd: AtomicU64,
 }
 
 impl Spent {
@@ -188,8 +194,18 @@ impl Spent {
         self.tokens.load(Ordering::Relaxed)
     }
 
+    pub fn usd(&self) -> f64 {
+        self.micro_usd.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
     fn add(&self, tokens: u64) {
         self.tokens.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    fn add_usd(&self, usd: f64) {
+        // Rounded up: a budget is never spent by less than it says.
+        let micro = (usd.max(0.0) * 1e6).ceil() as u64;
+        self.micro_usd.fetch_add(micro, Ordering::Relaxed);
     }
 }
 
@@ -294,6 +310,10 @@ impl Gateway {
 
     pub fn spent_tokens(&self) -> u64 {
         self.spent.tokens()
+    }
+
+    pub fn spent_usd(&self) -> f64 {
+        self.spent.usd()
     }
 }
 

@@ -168,6 +168,9 @@ impl Pending {
             self.record.cost_usd = model
                 .as_deref()
                 .and_then(|m| crate::model::pricing::estimate_cost(m, &r.usage(provider)));
+            if let Some(cost) = self.record.cost_usd {
+                self.shared.spent.add_usd(cost);
+            }
         }
         self.record.latency_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         (self.shared.observer)(&self.record);
@@ -255,6 +258,16 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
             );
         }
     }
+    if let Some(budget) = shared.settings.budget_usd {
+        let spent = shared.spent.usd();
+        if spent >= budget {
+            return pending.refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                "budget_exceeded",
+                format!("the cost budget is spent (${spent:.4} of ${budget}, --gateway-budget-usd)"),
+            );
+        }
+    }
     let (parts, body) = req.into_parts();
     let max_body = shared.settings.max_body;
     let declared = parts
@@ -314,6 +327,17 @@ async fn handle(req: Request<Incoming>, provider: Provider, shared: Arc<Shared>)
             &shared.settings.allow_tools,
         ) {
             return pending.refuse(StatusCode::FORBIDDEN, "permission_error", why.to_string());
+        }
+        if shared.settings.budget_usd.is_some() {
+            let model = doc.get("model").and_then(Value::as_str).unwrap_or("");
+            let priced = crate::model::pricing::estimate_cost(model, &crate::model::Usage::default());
+            if priced.is_none() {
+                let why = format!(
+                    "the model {:?} has no price agentbox knows, so --gateway-budget-usd cannot count what it costs; name a priced model, or bound it with --gateway-budget TOKENS",
+                    model.chars().take(200).collect::<String>()
+                );
+                return pending.refuse(StatusCode::FORBIDDEN, "permission_error", why);
+            }
         }
         // A streamed chat completion reports its usage only when asked: asked always, or the
         // budget could be spent uncounted.

@@ -290,6 +290,15 @@ fn bad_gateway_flags_are_usage_errors() {
         "{}",
         text(&out.stderr)
     );
+    for bad in ["0", "-1", "lots"] {
+        let out = run(agentbox()
+            .args(["exec", "--model-gateway=openai"])
+            .arg(format!("--gateway-budget-usd={bad}"))
+            .arg(project.path())
+            .args(["--", "true"]));
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("dollars"), "{}", text(&out.stderr));
+    }
 }
 
 const ANTHROPIC_PROBE: &str = r#"
@@ -473,12 +482,17 @@ async fn a_secret_goes_in_its_header_to_its_host_only() {
     let token = format!("ghp_real_{}", uuid::Uuid::new_v4().simple());
     let other = format!("other_real_{}", uuid::Uuid::new_v4().simple());
     let project = Project::new(&[("probe.py", SECRET_PROBE)]);
+    // OTHER's value comes from a file (outside the project), as a token kept on disk would.
+    let kept = tempfile::tempdir().unwrap();
+    let other_file = kept.path().join("other-token");
+    std::fs::write(&other_file, format!("{other}\n")).unwrap();
     let out = run(agentbox()
         .env("TOKEN", &token)
-        .env("OTHER", &other)
+        .env_remove("OTHER")
         .args(["exec", "--no-setup"])
         .args(["--secret", &format!("TOKEN@{}:Authorization", a.anthropic_url())])
         .args(["--secret", &format!("OTHER@{}:x-api-key", b.anthropic_url())])
+        .arg(format!("--secret-file=OTHER={}", other_file.display()))
         .arg(project.path())
         .args(["--", "python3", "probe.py"])
         .arg(token.chars().rev().collect::<String>())
@@ -685,6 +699,7 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
             models: vec![],
             allow_tools: vec![],
             budget_tokens: None,
+            budget_usd: None,
             max_body: 1024,
             max_concurrent: 8,
             request_timeout: std::time::Duration::from_secs(30),
@@ -776,4 +791,69 @@ async fn the_gateway_sends_only_to_its_upstream_whatever_the_request_names() {
     let records = records.lock().unwrap();
     assert_eq!(records.len(), 8);
     assert_eq!(records.iter().filter(|r| r.refused.is_some()).count(), 5);
+}
+
+/// `--gateway-budget-usd`: a model without a known price is refused (its cost could not be
+/// counted), a priced one passes until the responses' estimated cost reaches the budget.
+#[tokio::test]
+async fn a_dollar_budget_counts_priced_models_and_refuses_the_rest() {
+    use agentbox::gateway::{Gateway, Provider, Settings, Upstream};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // 1 M input tokens of gpt-4o-mini: $0.15 at its list price, past the $0.10 budget.
+    let server = ModelServer::start(vec![Reply::ok(chat_reply("ok", 1_000_000, 0))]).await;
+    let gateway = Gateway::start(
+        Settings {
+            upstreams: vec![Upstream {
+                provider: Provider::Openai,
+                base_url: format!("{}/v1", server.anthropic_url()).parse().unwrap(),
+                key: Some("host-key".into()),
+            }],
+            models: vec![],
+            allow_tools: vec![],
+            budget_tokens: None,
+            budget_usd: Some(0.10),
+            max_body: 4096,
+            max_concurrent: 8,
+            request_timeout: std::time::Duration::from_secs(30),
+        },
+        std::sync::Arc::new(|_: &agentbox::gateway::Record| {}),
+    )
+    .unwrap();
+    let socket = gateway.socket(Provider::Openai).unwrap().to_path_buf();
+    let sentinel = gateway.sentinel().to_string();
+    let ask = |model: &str| {
+        let socket = socket.clone();
+        let sentinel = sentinel.clone();
+        let body = json!({"model": model, "messages": []}).to_string();
+        async move {
+            let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            let head = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sentinel}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            s.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).await.unwrap();
+            reply
+        }
+    };
+    let reply = ask("a-local-model").await;
+    assert!(
+        reply.starts_with("HTTP/1.1 403") && reply.contains("no price"),
+        "{reply}"
+    );
+    assert_eq!(server.requests().len(), 0, "an unpriced model reaches nothing");
+    let reply = ask("gpt-4o-mini").await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        (gateway.spent_usd() - 0.15).abs() < 1e-6,
+        "{}",
+        gateway.spent_usd()
+    );
+    let reply = ask("gpt-4o-mini").await;
+    assert!(
+        reply.starts_with("HTTP/1.1 429") && reply.contains("--gateway-budget-usd"),
+        "{reply}"
+    );
+    assert_eq!(server.requests().len(), 1, "the spent budget reaches nothing");
 }
