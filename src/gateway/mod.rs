@@ -209,6 +209,42 @@ impl Spent {
     }
 }
 
+/// What the gateway's endpoints answer with: a body streamed as it comes.
+pub(crate) type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::io::Error>;
+
+/// Accept the sandbox's connections on `listener` (the executor bounds how many) and serve
+/// HTTP/1.1 on each, every request through `handle`, until the task is dropped. A header that
+/// takes more than 30 s to arrive ends its connection.
+async fn serve_http<F, Fut>(listener: tokio::net::UnixListener, handle: F)
+where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = hyper::Response<Body>> + Send + 'static,
+{
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let handle = handle.clone();
+                    conns.spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            let answer = handle(req);
+                            async move { Ok::<_, std::convert::Infallible>(answer.await) }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(std::time::Duration::from_secs(30))
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
 /// A running gateway: one socket per provider in a private directory, mounted into the
 /// sandbox. Dropping it closes them and every connection.
 pub struct Gateway {

@@ -6,19 +6,16 @@
 //! request to another host. No TLS of the sandbox's is intercepted: the host makes the TLS
 //! connection itself.
 
-use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
@@ -231,32 +228,14 @@ impl Drop for Secrets {
     }
 }
 
-type Body = BoxBody<Bytes, std::io::Error>;
+use super::Body;
 
 async fn serve(listener: UnixListener, endpoint: Arc<Endpoint>) {
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let endpoint = endpoint.clone();
-                    conns.spawn(async move {
-                        let service = hyper::service::service_fn(move |req| {
-                            let endpoint = endpoint.clone();
-                            async move { Ok::<_, Infallible>(handle(req, &endpoint).await) }
-                        });
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(30))
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    super::serve_http(listener, move |req| {
+        let endpoint = endpoint.clone();
+        async move { handle(req, &endpoint).await }
+    })
+    .await
 }
 
 /// Headers of this hop, or that reqwest writes itself.

@@ -1,18 +1,15 @@
 //! The gateway's HTTP side: one hyper server per provider on its Unix socket, each request
 //! checked, then forwarded with reqwest to the one upstream with the host's key.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::net::UnixListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -21,7 +18,7 @@ use super::check::{self, Endpoint};
 use super::meter::{Reported, SseMeter};
 use super::{MAX_RESPONSE, Observer, Provider, Record, Settings, Spent};
 
-type Body = BoxBody<Bytes, std::io::Error>;
+use super::Body;
 
 pub(super) struct Shared {
     settings: Settings,
@@ -54,29 +51,7 @@ impl Shared {
 
 /// Accept the sandbox's connections (the executor bounds how many) and serve HTTP/1.1 on each.
 pub(super) async fn serve(listener: UnixListener, provider: Provider, shared: Arc<Shared>) {
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let shared = shared.clone();
-                    conns.spawn(async move {
-                        let service = hyper::service::service_fn(move |req| {
-                            let shared = shared.clone();
-                            async move { Ok::<_, Infallible>(handle(req, provider, shared).await) }
-                        });
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(30))
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
+    super::serve_http(listener, move |req| handle(req, provider, shared.clone())).await
 }
 
 /// Request headers passed upstream; the rest (cookies, the sandbox's own auth, an
