@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::hostfs::isolate::Manifest;
+
 /// The longest name an environment may have.
 pub const MAX_NAME_LEN: usize = 64;
 
@@ -136,6 +138,52 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EnvErro
     move |source| EnvError::Io { what, path, source }
 }
 
+/// The isolate manifest's file, beside the record: kept apart, as `env list` reads every
+/// record and a manifest has a line per file of the project.
+pub fn manifest_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("manifest.json")
+}
+
+/// Write `bytes` to `path` atomically (a temporary file in the same directory, flushed, then
+/// renamed over the old one), the directory created 0700.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io("write", path)(std::io::ErrorKind::InvalidInput.into()))?;
+    private_dir(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io("create a file in", dir))?;
+    tmp.write_all(bytes).map_err(io("write", tmp.path()))?;
+    tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
+    tmp.persist(path).map_err(|e| io("replace", path)(e.error))?;
+    Ok(())
+}
+
+/// Keep what was copied into `name`'s volume (what its patch and merge are computed against).
+pub fn save_manifest(base: &Path, name: &EnvName, manifest: &Manifest) -> Result<(), EnvError> {
+    let path = manifest_path(base, name);
+    let json = serde_json::to_vec(manifest).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })?;
+    write_atomic(&path, &json)
+}
+
+/// What was copied into `name`'s volume.
+pub fn load_manifest(base: &Path, name: &EnvName) -> Result<Manifest, EnvError> {
+    let path = manifest_path(base, name);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EnvError::NotFound(name.to_string()));
+        }
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// Create `dir` and its parents, 0700 for those created.
 fn private_dir(dir: &Path) -> Result<(), EnvError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -151,16 +199,11 @@ impl EnvRecord {
     /// flushed, then renamed over the old one.
     pub fn save(&self, base: &Path) -> Result<PathBuf, EnvError> {
         let path = record_path(base, &self.name);
-        let dir = path.parent().unwrap_or(base).to_path_buf();
-        private_dir(&dir)?;
         let json = serde_json::to_vec_pretty(self).map_err(|source| EnvError::Record {
             path: path.display().to_string(),
             source,
         })?;
-        let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(io("create a file in", &dir))?;
-        tmp.write_all(&json).map_err(io("write", tmp.path()))?;
-        tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
-        tmp.persist(&path).map_err(|e| io("replace", &path)(e.error))?;
+        write_atomic(&path, &json)?;
         Ok(path)
     }
 
@@ -295,7 +338,18 @@ mod tests {
             .map(|r| r.name.to_string())
             .collect();
         assert_eq!(names, ["one", "two"]);
+        let mut m = Manifest::default();
+        m.entries.insert(
+            crate::hostfs::isolate::RelPath::new(b"a.py".to_vec()).unwrap(),
+            crate::hostfs::isolate::Entry::Dir,
+        );
+        save_manifest(&base, &r.name, &m).unwrap();
+        assert_eq!(load_manifest(&base, &r.name).unwrap().entries, m.entries);
         EnvRecord::remove(&base, &r.name).unwrap();
+        assert!(matches!(
+            load_manifest(&base, &r.name),
+            Err(EnvError::NotFound(_))
+        ));
         assert!(matches!(
             EnvRecord::load(&base, &r.name),
             Err(EnvError::NotFound(_))
