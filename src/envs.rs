@@ -14,9 +14,12 @@ use crate::hostfs::isolate::Manifest;
 /// The longest name an environment may have.
 pub const MAX_NAME_LEN: usize = 64;
 
-/// The label an environment's volume carries (its value: the name). It is not the per-process
-/// labels that the Ctrl-C sweep and plain `gc` match, so the volume outlives its process.
-pub const ENV_LABEL: &str = "agentbox.env";
+pub use crate::sandbox::ENV_LABEL;
+
+/// The Docker volume of environment `name`.
+pub fn volume_name(name: &EnvName) -> String {
+    format!("agentbox-env-{name}")
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
@@ -24,7 +27,7 @@ pub enum EnvError {
         "bad environment name {0:?}: it must match [a-z0-9][a-z0-9._-]* and have at most {MAX_NAME_LEN} characters"
     )]
     BadName(String),
-    #[error("no data directory: neither XDG_DATA_HOME nor HOME is set")]
+    #[error("no data directory: none of AGENTBOX_DATA_DIR, XDG_DATA_HOME, HOME is set")]
     NoDataDir,
     #[error("environment {0} does not exist")]
     NotFound(String),
@@ -118,12 +121,10 @@ pub struct EnvRecord {
     pub turns: Vec<Turn>,
 }
 
-/// `$XDG_DATA_HOME/agentbox/envs`, else `~/.local/share/agentbox/envs`.
+/// `envs/` under agentbox's data directory (`$AGENTBOX_DATA_DIR`, else
+/// `$XDG_DATA_HOME/agentbox`, else `~/.local/share/agentbox`).
 pub fn envs_dir() -> Result<PathBuf, EnvError> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    var("XDG_DATA_HOME")
-        .map(|d| d.join("agentbox"))
-        .or_else(|| var("HOME").map(|h| h.join(".local/share/agentbox")))
+    crate::hostfs::hostscan::quarantine::data_dir()
         .map(|d| d.join("envs"))
         .ok_or(EnvError::NoDataDir)
 }
