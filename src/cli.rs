@@ -640,6 +640,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub apply: bool,
 
+    /// Work in the named environment: an isolated copy of the project kept after the run
+    /// (made on first use, resumed after). NAME: [a-z0-9][a-z0-9._-]*, at most 64 characters.
+    #[arg(long, value_name = "NAME")]
+    pub env: Option<String>,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 

@@ -259,6 +259,33 @@ impl EnvRecord {
     }
 }
 
+/// Seconds since the epoch.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// After a `run --env` turn: its task, verdict and changed files in the log.
+pub fn record_turn(name: &EnvName, task: &str, report: &crate::report::Report) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
+    let verdict = serde_json::to_value(report.outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    record.turns.push(Turn {
+        task: task.to_string(),
+        verdict,
+        changed: report.changed_files.iter().map(|c| c.path.clone()).collect(),
+        at: now(),
+    });
+    record.last_used = now();
+    record.save(&base)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

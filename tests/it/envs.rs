@@ -78,3 +78,113 @@ async fn an_environment_volume_outlives_its_sandbox_and_gc() {
         .await
         .unwrap();
 }
+
+fn script(dir: &std::path::Path, file: &str, turns: serde_json::Value) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, turns.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn run_env(
+    data: &std::path::Path,
+    env: &str,
+    script: &str,
+    project: &std::path::Path,
+    task: &str,
+) -> std::process::Output {
+    let mut cmd = agentbox();
+    cmd.env("AGENTBOX_DATA_DIR", data)
+        .args(["run", "--json", "--env", env, "--script", script])
+        .arg(project)
+        .arg(task)
+        .current_dir(data)
+        .stdin(std::process::Stdio::null());
+    run(&mut cmd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_then_resume_in_the_same_copy() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "def answer():\n    return 41\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-resume-{}", uuid::Uuid::new_v4().simple());
+    let first = script(
+        data.path(),
+        "first.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "edit_file", "arguments": {"path": "app.py", "old": "return 41", "new": "return 42"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let out = run_env(data.path(), &env, &first, project.path(), "make it 42");
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let record_path = data.path().join("envs").join(&env).join("record.json");
+    assert!(record_path.exists(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(project.file("app.py")).unwrap(),
+        "def answer():\n    return 41\n"
+    );
+
+    // The second run's copy is the first's: the command fails unless the edit is there.
+    let second = script(
+        data.path(),
+        "second.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "grep -q 'return 42' app.py && echo seen > second.txt"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let out = run_env(data.path(), &env, &second, project.path(), "look again");
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let changed = report["changed_files"].to_string();
+    assert!(changed.contains("second.txt"), "{changed}\n{}", text(&out.stderr));
+    assert!(!project.file("second.txt").exists());
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    let tasks: Vec<&str> = record["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["make it 42", "look again"]);
+
+    // Another project may not use it.
+    let other = Project::new(&[("x.py", "")]);
+    let out = run_env(data.path(), &env, &second, other.path(), "no");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("is of project"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    docker
+        .remove_volume(
+            &format!("agentbox-env-{env}"),
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn a_bad_name_is_refused_before_anything_is_made() {
+    let project = Project::new(&[("app.py", "")]);
+    let data = tempfile::tempdir().unwrap();
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    for bad in ["../x", "A", ""] {
+        let out = run_env(data.path(), bad, &done, project.path(), "t");
+        assert!(
+            text(&out.stderr).contains("bad environment name"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", text(&out.stderr));
+        assert!(!data.path().join("envs").exists());
+    }
+}
