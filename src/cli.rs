@@ -47,6 +47,19 @@ pub enum Command {
     /// Build or inspect sandbox images.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Named environments (`run --env NAME`): list, show, remove.
+    #[command(subcommand)]
+    Env(EnvCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvCommand {
+    /// Every environment: name, project, created, last used, turns.
+    List,
+    /// An environment's log of turns: task, verdict, changed files.
+    Show { name: String },
+    /// Remove an environment: its volume and its record.
+    Rm { name: String },
 }
 
 /// Sandbox settings shared by every command that starts one.
@@ -759,7 +772,7 @@ impl Command {
             Command::Shell(a) => Some(&mut a.sandbox),
             Command::Mcp(a) => Some(&mut a.sandbox),
             Command::Doctor(a) => Some(&mut a.sandbox),
-            Command::Gc(_) | Command::Image(_) => None,
+            Command::Gc(_) | Command::Image(_) | Command::Env(_) => None,
         }
     }
 }

@@ -159,13 +159,36 @@ async fn run_then_resume_in_the_same_copy() {
         text(&out.stderr)
     );
 
+    let env_cmd = |args: &[&str]| {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path()).arg("env").args(args);
+        run(&mut cmd)
+    };
+    let list = env_cmd(&["list"]);
+    assert!(text(&list.stdout).contains(&env), "{}", text(&list.stderr));
+    assert!(text(&list.stdout).contains("2 turns"), "{}", text(&list.stdout));
+    let show = text(&env_cmd(&["show", &env]).stdout);
+    assert!(
+        show.contains("make it 42") && show.contains("look again"),
+        "{show}"
+    );
+    assert!(show.contains("second.txt"), "{show}");
+
+    // Plain gc leaves it; `env rm` leaves nothing.
+    let volume = format!("agentbox-env-{env}");
+    assert_eq!(run(agentbox().arg("gc")).status.code(), Some(0));
     docker
-        .remove_volume(
-            &format!("agentbox-env-{env}"),
-            None::<bollard::query_parameters::RemoveVolumeOptions>,
-        )
+        .inspect_volume(&volume)
         .await
-        .unwrap();
+        .expect("plain gc leaves an environment");
+    let rm = env_cmd(&["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    assert!(
+        docker.inspect_volume(&volume).await.is_err(),
+        "the volume is removed"
+    );
+    assert!(!data.path().join("envs").join(&env).exists());
+    assert_ne!(env_cmd(&["show", &env]).status.code(), Some(0));
 }
 
 #[test]
