@@ -4,7 +4,7 @@
 //! Each figure is the median and p90 of many runs. Needs the Docker daemon and the image (and
 //! the `docker` CLI for the CLI column; without it that column is skipped).
 //!
-//! Usage: cargo bench --bench bench [-- quick [loop|egress|publish|startup|round-trips|eval]]
+//! Usage: cargo bench --bench bench [-- quick [loop|egress|publish|gateway|startup|round-trips|eval]]
 //! ("quick" runs fewer iterations, "loop" only the tools-through-the-loop rows, "egress" only
 //! the proxy's, "publish" only a published port's, "round-trips" only the tool-call round trips). AGENTBOX_RUNTIME=runsc runs agentbox's
 //! sandboxes under that runtime (gVisor), to compare it with the daemon's default.
@@ -490,6 +490,7 @@ async fn startup(n: usize) {
         "the daemon's share",
     );
     row("create → first command done", &stats(total), "ms", "target < 500");
+    from_the_pool(n, &docker, dir.path()).await;
     // What the session's anonymous `/var/tmp` volume (policy::CACHE_DIR) costs the daemon: the
     // same bare container's forced removal with and without one, alternated.
     let (mut bare, mut with_volume) = (Vec::new(), Vec::new());
@@ -542,6 +543,64 @@ async fn startup(n: usize) {
             "for scale",
         );
     }
+}
+
+/// A task's first command: in a sandbox handed out by a warm pool (the project copied in after
+/// the hand-out) against one started for it (the project copied into its volume first, as
+/// `--isolate` and eval do without a pool). Each is timed from the moment the task asks.
+async fn from_the_pool(n: usize, docker: &bollard::Docker, dir: &Path) {
+    let dir = dir.to_path_buf();
+    let owner = agentbox::sandbox::inspect_project(&dir).unwrap();
+    let packed = agentbox::hostfs::isolate::pack(&dir, owner.uid, owner.gid, &|_| false).unwrap();
+    let cfg = config(false);
+    let first = ExecRequest::argv(["true"], Duration::from_secs(30));
+    let (mut cold, mut warm, mut copy, mut take) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let spec = cfg.volume_spec(&dir, packed.tar.path()).unwrap();
+        let sb = DockerSandbox::create(docker, spec).await.unwrap();
+        sb.exec(first.clone()).await.unwrap();
+        cold.push(ms(t.elapsed()));
+        sb.shutdown().await.unwrap();
+    }
+    let pool = agentbox::sandbox::Pool::new(docker, 1).await.unwrap();
+    let spec = cfg.volume_spec(&dir, packed.tar.path()).unwrap();
+    // The first of its kind starts the filling.
+    assert!(pool.take(&spec).await.is_none());
+    for _ in 0..n {
+        // A warm pool: the refill after the last hand-out is done by now.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let t = Instant::now();
+        let sb = pool.take(&spec).await.expect("a pooled sandbox");
+        let t1 = Instant::now();
+        sb.copy_in(packed.tar.path()).await.unwrap();
+        let t2 = Instant::now();
+        sb.exec(first.clone()).await.unwrap();
+        warm.push(ms(t.elapsed()));
+        take.push(ms(t1 - t));
+        copy.push(ms(t2 - t1));
+        sb.shutdown().await.unwrap();
+    }
+    pool.close().await;
+    row(
+        "cold: copy-in sandbox started → first command done",
+        &stats(cold),
+        "ms",
+        "volume seeded, then create + start",
+    );
+    row(
+        "warm pool: hand-out → project copied in → first command",
+        &stats(warm),
+        "ms",
+        "target ≤ 100",
+    );
+    row("  of which the hand-out", &stats(take), "ms", "");
+    row(
+        "  of which the copy-in",
+        &stats(copy),
+        "ms",
+        "tar in the sandbox, through the executor",
+    );
 }
 
 /// A running container of the default image with no policy, no executor (`sleep 60`), in no
@@ -819,8 +878,12 @@ fn eval_throughput() {
         }
     }
     // Each job count with sandboxes made when their task starts (`--prepare-ahead 0`, as
-    // before) and made ahead (the default), one after the other in this run.
-    for (jobs, ahead) in [1, 4, 16].into_iter().flat_map(|j| [(j, 0), (j, j)]) {
+    // before), made ahead (the default), and with a warm pool of as many (`--pool`, within half
+    // the engine's memory), one after the other in this run.
+    for (jobs, ahead, pool) in [1, 4, 16]
+        .into_iter()
+        .flat_map(|j| [(j, 0, 0), (j, j, 0), (j, j, j)])
+    {
         let out = tempfile::tempdir().unwrap();
         let t = Instant::now();
         let status = Command::new(env!("CARGO_BIN_EXE_agentbox"))
@@ -832,6 +895,8 @@ fn eval_throughput() {
                 &jobs.to_string(),
                 "--prepare-ahead",
                 &ahead.to_string(),
+                "--pool",
+                &pool.to_string(),
                 "--out",
             ])
             .arg(out.path())
@@ -845,7 +910,9 @@ fn eval_throughput() {
         assert!(status.code() == Some(0), "eval failed: {status}");
         let per_min = n as f64 * 60.0 / secs;
         row(
-            &format!("eval, scripted, {n} tasks, --jobs {jobs} --prepare-ahead {ahead}: tasks/min"),
+            &format!(
+                "eval, scripted, {n} tasks, --jobs {jobs} --prepare-ahead {ahead} --pool {pool}: tasks/min"
+            ),
             &Stats {
                 median: per_min,
                 p90: per_min,
@@ -1224,6 +1291,10 @@ async fn main() {
     if args.iter().any(|a| a == "publish") {
         return publish(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
     }
+    // `-- gateway`: the model gateway's added latency per request, on loopback.
+    if args.iter().any(|a| a == "gateway") {
+        return gateway(if quick { 50 } else { 300 }).await;
+    }
     through_the_loop(if quick { 40 } else { 100 }, if quick { 3 } else { 5 }).await;
     // `-- quick loop`: only the rows above, for working on them.
     if args.iter().any(|a| a == "loop") {
@@ -1235,6 +1306,7 @@ async fn main() {
     big_repo(repo).await;
     eval_throughput();
     publish(300, 5).await;
+    gateway(300).await;
     build_caches(repeats).await;
 }
 
@@ -1746,4 +1818,126 @@ print(small[len(small) // 2], small[int((len(small) - 1) * 0.9)], big[len(big) /
         );
     }
     sb.shutdown().await.unwrap();
+}
+
+/// An OpenAI-compatible upstream on the host's loopback: every POST gets one small chat
+/// completion (with its usage), a connection each.
+const CHAT_SERVER: &str = r#"
+import http.server, json, sys
+BODY = json.dumps({"id": "c", "object": "chat.completion", "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 2}}).encode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+/// The client on both sides: N chat completions, a connection each, each timed (ms, JSON).
+const CHAT_CLIENT: &str = r#"
+import json, sys, time, urllib.request
+base, key, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode()
+out = []
+for i in range(n + 5):
+    req = urllib.request.Request(base + "/chat/completions", data=body, method="POST")
+    req.add_header("content-type", "application/json")
+    req.add_header("authorization", "Bearer " + key)
+    t = time.perf_counter()
+    with urllib.request.urlopen(req) as r:
+        r.read()
+    if i >= 5:
+        out.append((time.perf_counter() - t) * 1000)
+print(json.dumps(out))
+"#;
+
+/// `--model-gateway`: one chat completion from inside a sandbox through its loopback endpoint
+/// (the executor's forwarder, the host's gateway, its checks, reqwest to the upstream), against
+/// the same client on the host calling the same upstream directly; same run.
+async fn gateway(n: usize) {
+    use agentbox::gateway::{Gateway, Provider, Settings, Upstream};
+    let mut upstream = Command::new("python3")
+        .args(["-c", CHAT_SERVER])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 on the host");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(upstream.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let base = format!("http://127.0.0.1:{}/v1", line.trim());
+    let direct = Command::new("python3")
+        .args(["-c", CHAT_CLIENT, &base, "host-key", &n.to_string()])
+        .output()
+        .unwrap();
+    let direct: Vec<f64> = serde_json::from_slice(&direct.stdout).unwrap();
+    let gw = Gateway::start(
+        Settings {
+            upstreams: vec![Upstream {
+                provider: Provider::Openai,
+                base_url: base.parse().unwrap(),
+                key: Some("host-key".into()),
+            }],
+            models: vec!["gpt-4o-mini".into()],
+            allow_tools: vec![],
+            budget_tokens: None,
+            budget_usd: None,
+            max_body: agentbox::gateway::MAX_BODY,
+            max_concurrent: agentbox::gateway::MAX_CONCURRENT,
+            request_timeout: Duration::from_secs(60),
+        },
+        Arc::new(|_: &agentbox::gateway::Record| {}),
+    )
+    .unwrap();
+    let project = project_with(&[("client.py", CHAT_CLIENT.as_bytes().to_vec())]);
+    let mut cfg = config(false);
+    cfg.extras.forwards = gw.forwards();
+    cfg.extras.env = gw.sandbox_env();
+    let docker = connect_docker().await.unwrap();
+    let sb = DockerSandbox::create(&docker, cfg.bind_spec(project.path()).unwrap())
+        .await
+        .unwrap();
+    let cmd = format!("python3 /workspace/client.py \"$OPENAI_BASE_URL\" \"$OPENAI_API_KEY\" {n}");
+    let out = sb
+        .exec(ExecRequest::shell(&cmd, Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let via: Vec<f64> = serde_json::from_slice(&out.stdout.bytes().unwrap()).unwrap_or_else(|_| {
+        panic!(
+            "the client inside: {}",
+            String::from_utf8_lossy(&out.stderr.bytes().unwrap_or_default())
+        )
+    });
+    let (d, v) = (stats(direct), stats(via));
+    row(
+        "gateway: a chat completion, a connection each, direct on loopback",
+        &d,
+        "ms",
+        &format!("n={n}; python3 urllib on the host, a python3 upstream"),
+    );
+    row(
+        "gateway: the same from inside the sandbox, through the gateway",
+        &v,
+        "ms",
+        &format!(
+            "n={n}; added {:.2} ms, {:.1}x (forwarder + gateway + checks)",
+            v.median - d.median,
+            v.median / d.median
+        ),
+    );
+    sb.shutdown().await.unwrap();
+    drop(gw);
+    let _ = upstream.kill();
+    let _ = upstream.wait();
 }

@@ -160,6 +160,65 @@ pub struct PublishArgs {
     pub unsafe_publish_address: Option<std::net::IpAddr>,
 }
 
+/// `--model-gateway` and its settings (shell, exec, mcp).
+#[derive(Debug, Clone, Default, Args)]
+pub struct GatewayArgs {
+    /// Give the sandbox a model endpoint on its own loopback (ANTHROPIC_BASE_URL,
+    /// OPENAI_BASE_URL) with a per-run sentinel as the key: the host's gateway checks it, puts
+    /// the host's real key in its place and forwards to the provider. PROVIDERS: anthropic,
+    /// openai or both, comma-separated [default: each whose key variable is set].
+    #[arg(long, value_name = "PROVIDERS", num_args = 0..=1, require_equals = true,
+          default_missing_value = "auto")]
+    pub model_gateway: Option<String>,
+
+    /// Where the gateway forwards [default: ANTHROPIC_BASE_URL / OPENAI_BASE_URL, else the
+    /// provider's own]: https, or http to a loopback address. PROVIDER= is needed when both
+    /// providers are on.
+    #[arg(long, value_name = "[PROVIDER=]URL", requires = "model_gateway")]
+    pub gateway_upstream: Vec<String>,
+
+    /// The host variable holding the real key [default: ANTHROPIC_API_KEY / OPENAI_API_KEY].
+    #[arg(long, value_name = "[PROVIDER=]NAME", requires = "model_gateway")]
+    pub gateway_key_env: Vec<String>,
+
+    /// A model the sandbox may ask for; repeat it for several [default: any].
+    #[arg(long, value_name = "MODEL", requires = "model_gateway")]
+    pub gateway_model: Vec<String>,
+
+    /// Input plus output tokens (as the responses count them) after which the gateway refuses
+    /// further requests (429).
+    #[arg(long, value_name = "TOKENS", requires = "model_gateway")]
+    pub gateway_budget: Option<u64>,
+
+    /// Estimated dollars (list prices, for the models agentbox knows the price of) after which
+    /// the gateway refuses further requests (429); while set, a model without a known price is
+    /// refused.
+    #[arg(long, value_name = "DOLLARS", requires = "model_gateway", value_parser = positive_dollars)]
+    pub gateway_budget_usd: Option<f64>,
+
+    /// Let a server-side tool through, by name: web_search, web_fetch, code_execution, mcp,
+    /// file_search, code_interpreter, url_source (URL image/document sources). Each makes the
+    /// provider reach the network for the sandbox.
+    #[arg(long, value_name = "NAME", requires = "model_gateway")]
+    pub gateway_allow_tool: Vec<String>,
+
+    /// Write every gateway request (model, tokens, cost estimate, latency, status, refusal)
+    /// to FILE as JSON lines.
+    #[arg(long, value_name = "FILE", requires = "model_gateway")]
+    pub gateway_log: Option<PathBuf>,
+
+    /// A secret for one host: the sandbox gets NAME=agentbox-secret-... (a sentinel) and
+    /// AGENTBOX_SECRET_NAME_URL=http://127.0.0.1:PORT; requests there go to the upstream over
+    /// TLS with the host's $NAME in place of the sentinel in HEADER only. Repeatable.
+    #[arg(long, value_name = "NAME@https://HOST[:PORT]:HEADER")]
+    pub secret: Vec<String>,
+
+    /// The value of `--secret NAME` read from FILE (one trailing newline dropped) instead of
+    /// the host's environment: for a token kept in a file, never in a shell's environment.
+    #[arg(long, value_name = "NAME=FILE")]
+    pub secret_file: Vec<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     #[command(flatten)]
@@ -167,6 +226,9 @@ pub struct ExecArgs {
 
     #[command(flatten)]
     pub publish: PublishArgs,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 
     #[command(flatten)]
     pub setup: SetupArgs,
@@ -198,6 +260,9 @@ pub struct ShellArgs {
 
     #[command(flatten)]
     pub publish: PublishArgs,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 
     #[command(flatten)]
     pub setup: SetupArgs,
@@ -235,6 +300,9 @@ pub struct McpArgs {
 
     #[command(flatten)]
     pub publish: PublishArgs,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
 
     #[command(flatten)]
     pub setup: SetupArgs,
@@ -729,6 +797,13 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
     pub prepare_ahead: Option<u32>,
 
+    /// Sandboxes kept started ahead of need (a warm pool), with the full policy and an empty
+    /// workspace: a task takes the next one and its project is copied in. Up to N of each
+    /// kind (image, user, limits, caches, services), within half the engine's memory; each
+    /// used once; removed at the end (0: none; not with --engine).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub pool: u32,
+
     /// Where results.jsonl, summary.md, report.html, diffs/ and trajectories/ go
     /// [default: eval-results/NAME-OF-TASKS_DIR].
     #[arg(long, value_name = "DIR")]
@@ -774,5 +849,19 @@ impl Command {
             Command::Doctor(a) => Some(&mut a.sandbox),
             Command::Gc(_) | Command::Image(_) | Command::Env(_) => None,
         }
+    }
+}
+
+/// `--gateway-budget-usd`: a positive, finite number of dollars (`2.50`, `$2.50`).
+fn positive_dollars(text: &str) -> Result<f64, String> {
+    let n: f64 = text
+        .trim()
+        .trim_start_matches('$')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of dollars (e.g. 2.50)"))?;
+    if n.is_finite() && n > 0.0 {
+        Ok(n)
+    } else {
+        Err(format!("{text:?}: the budget must be more than 0 dollars"))
     }
 }

@@ -51,6 +51,9 @@ pub struct SandboxConfig {
     pub host_scan: crate::hostfs::hostscan::ScanBounds,
     /// `--service`: servers started beside every sandbox of the agent (not setup's).
     pub services: Vec<ServiceSpec>,
+    /// `--pool N` (eval): where a copy-in sandbox comes from when one of its kind was started
+    /// ahead (see `sandbox::pool`); `None`: each starts its own.
+    pub pool: Option<crate::sandbox::Pool>,
 }
 
 fn size(flag: &str, value: &str) -> Result<i64, UsageError> {
@@ -145,6 +148,7 @@ impl SandboxConfig {
             allow_weak_limits: args.allow_weak_limits,
             cleanup: Default::default(),
             extras: Default::default(),
+            pool: None,
             host_scan: crate::hostfs::hostscan::ScanBounds {
                 entries: usize::try_from(args.host_scan_limit).unwrap_or(usize::MAX),
                 time: Duration::from_secs(args.host_scan_timeout),

@@ -20,6 +20,7 @@ pub mod exit;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gateway;
 /// The host's side of a sandbox: the project's scans, `--isolate`'s copy and read-back, git
 /// quoting — its own crate (`crates/agentbox-hostfs`).
 pub use agentbox_hostfs as hostfs;

@@ -49,19 +49,40 @@ pub async fn run(command: EnvCommand) -> anyhow::Result<u8> {
         }
         EnvCommand::Rm { name: n } => {
             let n = name(&n)?;
-            let r = EnvRecord::load(&base, &n)?;
+            let record = match EnvRecord::load(&base, &n) {
+                Ok(r) => Some(r),
+                Err(crate::envs::EnvError::NotFound(_)) => None,
+                Err(e) => return Err(e.into()),
+            };
             let docker = crate::sandbox::connect_docker().await?;
+            let volume = match &record {
+                Some(r) => r.volume.clone(),
+                // A first run cut short before its record: its volume, if it carries the
+                // environment's label (never another volume of that name).
+                None => {
+                    let volume = crate::envs::volume_name(&n);
+                    let ours = docker.inspect_volume(&volume).await.is_ok_and(|v| {
+                        v.labels.get(crate::sandbox::ENV_LABEL).map(String::as_str) == Some(n.as_str())
+                    });
+                    if !ours {
+                        return Err(crate::envs::EnvError::NotFound(n.to_string()).into());
+                    }
+                    volume
+                }
+            };
             // The volume first: a record without its volume could not be resumed, a volume
             // without its record would be left unnamed.
             match docker
-                .remove_volume(&r.volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+                .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
                 .await
             {
                 Ok(()) => {}
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            EnvRecord::remove(&base, &n)?;
+            if record.is_some() {
+                EnvRecord::remove(&base, &n)?;
+            }
             outln!("removed environment {}", escaped(n.as_str()));
         }
     }

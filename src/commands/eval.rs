@@ -14,11 +14,29 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     if let Some(EvalCommand::Compare(c)) = &args.command {
         return compare(c);
     }
+    let mut base = AgentSettings::resolve(&args.agent, true)?;
+    base.sandbox.cleanup = cleanup;
+    if args.pool > 0 {
+        if !args.engines.is_empty() {
+            return Err(UsageError("--pool works on the local engine only, not with --engine".into()).into());
+        }
+        let docker = crate::sandbox::connect_docker().await?;
+        base.sandbox.pool = Some(crate::sandbox::Pool::new(&docker, args.pool as usize).await?);
+    }
+    let pool = base.sandbox.pool.clone();
+    let code = run_strategies(&args, base).await;
+    if let Some(pool) = pool {
+        // What was never handed out goes now (an interruption leaves it to the run's cleanup).
+        pool.close().await;
+    }
+    code
+}
+
+/// Every `--strategy` over the tasks.
+async fn run_strategies(args: &EvalArgs, base: AgentSettings) -> anyhow::Result<u8> {
     let Some(tasks_dir) = args.tasks_dir.clone() else {
         return Err(UsageError("eval needs a TASKS_DIR".into()).into());
     };
-    let mut base = AgentSettings::resolve(&args.agent, true)?;
-    base.sandbox.cleanup = cleanup;
     let mut tasks = eval::discover(&tasks_dir)?;
     if !args.tasks.is_empty() {
         let unknown: Vec<&String> = args
@@ -45,7 +63,7 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("eval-results").join(&title));
     if base.strategies.len() <= 1 {
-        return run_strategy(&args, &tasks_dir, base, &tasks, &title, OutDir { root }).await;
+        return run_strategy(args, &tasks_dir, base, &tasks, &title, OutDir { root }).await;
     }
     // Each strategy over every task, into its own directory; then one table of them all.
     let mut code = 0;
@@ -57,7 +75,7 @@ pub async fn run(args: EvalArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             root: root.join(strategy.as_str()),
         };
         errln!("agentbox eval: --strategy {}", strategy.as_str());
-        code = code.max(run_strategy(&args, &tasks_dir, settings, &tasks, &title, out).await?);
+        code = code.max(run_strategy(args, &tasks_dir, settings, &tasks, &title, out).await?);
         let loaded = eval::load_results(&root.join(strategy.as_str()).join("results.jsonl"));
         sides.push(eval::compare::Side {
             label: strategy.as_str().to_string(),

@@ -17,6 +17,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             read_only: false,
             isolate: None,
             session_timeout: None,
+            gateway: args.gateway.clone(),
         };
         return super::shell::interactive(
             &args.sandbox,
@@ -55,6 +56,11 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         super::prepare_environment(&args.setup, copied, &mut cfg, &args.project, Vec::new()).await?;
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
+    let mut gateway = super::gateway::ModelGateway::start(&args.gateway, false)?;
+    if let Some(g) = &gateway {
+        cfg.extras.forwards.extend(g.forwards());
+        cfg.extras.env.extend(g.sandbox_env());
+    }
     // A remote engine cannot mount the project: the command works on a copy, and what it
     // changed comes back as a patch.
     let (sandbox, copy) = if super::copy_for_remote_engine(&args.project) {
@@ -64,6 +70,10 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         (crate::session::open_sandbox(&cfg, &args.project).await?.1, None)
     };
     if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
+    if let Some(Err(e)) = gateway.as_ref().map(|g| g.announce(&sandbox)) {
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
@@ -111,6 +121,9 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     // The ports close with the session, before its sandbox goes.
     drop(published);
+    if let Some(g) = gateway.take() {
+        g.summary();
+    }
     // What was asked for is known: the output is written and the status can be said. Said
     // now, and stdout closed, so a reader of the pipe goes on while the sandbox is removed.
     // The process still exits only after the removal and the host's check ("no container

@@ -33,6 +33,11 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
+    // Each request is said on stderr as it ends: an MCP server's stderr is its log.
+    let gateway = super::gateway::ModelGateway::start(&args.gateway, true)?.map(std::sync::Arc::new);
+    if let Some(g) = &gateway {
+        cfg.extras.forwards.extend(g.forwards());
+    }
     for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
         errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
     }
@@ -74,6 +79,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             project: args.project.clone(),
             isolate: isolate.then(|| args.patch.clone()),
             peer: running.peer().clone(),
+            gateway: gateway.clone(),
         };
         opener = Some(tokio::spawn(open(environment, server.clone(), published)));
         let stop = running.cancellation_token();
@@ -147,6 +153,10 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         }
     }
     drop(published);
+    if let Some(g) = &gateway {
+        g.summary();
+    }
+    drop(gateway);
     sandbox.shutdown().await?;
     if let Some(check) = sandbox.check_host() {
         for w in &check.warnings {
@@ -170,6 +180,7 @@ struct Environment {
     /// `--isolate` (or a remote engine), with `--patch` if given.
     isolate: Option<Option<std::path::PathBuf>>,
     peer: rmcp::Peer<rmcp::RoleServer>,
+    gateway: Option<std::sync::Arc<super::gateway::ModelGateway>>,
 }
 
 /// What lives as long as the sandbox, besides it.
@@ -228,6 +239,10 @@ async fn open_inner(
         vec![Box::new(log)],
     )
     .await?;
+    // After setup, which sets the agent phase's environment afresh (keeping the forwards).
+    if let Some(g) = &env.gateway {
+        env.cfg.extras.env.extend(g.sandbox_env());
+    }
     let (sandbox, copy) = match env.isolate {
         Some(patch) => {
             let (sandbox, copy) = IsolatedCopy::open(&env.cfg, &env.project, patch).await?;
@@ -239,6 +254,10 @@ async fn open_inner(
         ),
     };
     if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
+    if let Some(Err(e)) = env.gateway.as_ref().map(|g| g.announce(&sandbox)) {
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }

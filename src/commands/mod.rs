@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod env;
 pub mod eval;
 pub mod exec;
+pub mod gateway;
 pub mod gc;
 pub mod image;
 pub mod mcp;

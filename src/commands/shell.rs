@@ -28,6 +28,7 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         read_only: args.read_only,
         isolate: args.isolate.then(|| args.patch.clone()),
         session_timeout: args.session_timeout.map(Duration::from_secs),
+        gateway: args.gateway.clone(),
     };
     interactive(
         &args.sandbox,
@@ -46,6 +47,8 @@ pub struct Options {
     /// `--isolate`, with the `--patch` path if given.
     pub isolate: Option<Option<std::path::PathBuf>>,
     pub session_timeout: Option<Duration>,
+    /// `--model-gateway` and its settings.
+    pub gateway: crate::cli::GatewayArgs,
 }
 
 /// `shell`, and `exec -it` with its command.
@@ -79,6 +82,11 @@ pub async fn interactive(
     let _prepared = super::prepare_environment(setup_args, copied, &mut cfg, project, Vec::new()).await?;
     let published = super::publish::Published::start(publish)?;
     cfg.extras.forwards.extend(published.forwards());
+    let gateway = super::gateway::ModelGateway::start(&options.gateway, false)?;
+    if let Some(g) = &gateway {
+        cfg.extras.forwards.extend(g.forwards());
+        cfg.extras.env.extend(g.sandbox_env());
+    }
     let (sandbox, copy) = match &options.isolate {
         Some(patch) => {
             let (sandbox, copy) = IsolatedCopy::open(&cfg, project, patch.clone()).await?;
@@ -91,6 +99,10 @@ pub async fn interactive(
         }
     };
     if let Err(e) = published.announce(&sandbox).await {
+        let _ = sandbox.shutdown().await;
+        return Err(e.into());
+    }
+    if let Some(Err(e)) = gateway.as_ref().map(|g| g.announce(&sandbox)) {
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
@@ -135,6 +147,10 @@ pub async fn interactive(
     };
     // Every process of the session ends with the container; the ports close first.
     drop(published);
+    if let Some(g) = &gateway {
+        g.summary();
+    }
+    drop(gateway);
     sandbox.shutdown().await?;
     let check = sandbox.check_host();
     let ended = ended?;

@@ -36,6 +36,8 @@ pub(super) struct Isolation {
     pub(super) settings: IsolateSettings,
     /// What the copy left out, and why (`isolate::Packed::left_out`).
     pub(super) left_out: Vec<String>,
+    /// The sandbox came from the warm pool (`--pool`), the project copied in after.
+    pub(super) from_pool: bool,
 }
 
 impl Session {
@@ -514,7 +516,16 @@ pub(super) async fn open_isolated(
             seed: Some(packed.tar.path().to_path_buf()),
         };
     }
-    let (_, sb) = super::open::open_spec(cfg, spec).await?;
+    // An environment's volume is its own (never the pool's).
+    let pooled = match (&cfg.pool, &kept) {
+        (Some(pool), None) => from_pool(cfg, pool, &spec, packed.tar.path()).await?,
+        _ => None,
+    };
+    let from_pool = pooled.is_some();
+    let sb = match pooled {
+        Some(sb) => sb,
+        None => super::open::open_spec(cfg, spec).await?.1,
+    };
     if let Some((name, base)) = &kept {
         // The manifest first: a record names an environment whose patch can be computed.
         let saved = crate::envs::save_manifest(base, name, &packed.manifest).and_then(|()| {
@@ -545,6 +556,7 @@ pub(super) async fn open_isolated(
             manifest: Arc::new(packed.manifest),
             settings: iso.clone(),
             left_out: packed.left_out,
+            from_pool,
         },
     ))
 }
@@ -588,6 +600,31 @@ async fn resume_env(
             manifest: Arc::new(manifest),
             settings: iso.clone(),
             left_out: Vec::new(),
+            from_pool: false,
         },
     ))
+}
+
+/// A sandbox of `spec`'s kind from the warm pool, the project copied in; `None` when the pool
+/// has none of its kind (then it starts its own).
+async fn from_pool(
+    cfg: &SandboxConfig,
+    pool: &crate::sandbox::Pool,
+    spec: &crate::sandbox::SandboxSpec,
+    archive: &Path,
+) -> Result<Option<DockerSandbox>, SessionError> {
+    // The images first, as for a sandbox of its own: a missing one is built (or named) here,
+    // not taken for a pool that cannot start.
+    super::open::ensure_images(cfg).await?;
+    let Some(sb) = pool.take(spec).await else {
+        return Ok(None);
+    };
+    if let Err(e) = sb.copy_in(archive).await {
+        // A pooled sandbox that died while it waited, say: the session starts its own, which
+        // reports a failure that is not the pool's.
+        tracing::debug!(error = %e, "the project could not be copied into a pooled sandbox");
+        let _ = sb.shutdown().await;
+        return Ok(None);
+    }
+    Ok(Some(sb))
 }

@@ -25,12 +25,18 @@ pub async fn open_spec(
     cfg: &SandboxConfig,
     spec: SandboxSpec,
 ) -> Result<(Docker, DockerSandbox), SandboxError> {
+    let docker = ensure_images(cfg).await?;
+    let sandbox = DockerSandbox::create(&docker, spec).await?;
+    Ok((docker, sandbox))
+}
+
+/// Connect, and make sure the image and every `--service`'s exist.
+pub(super) async fn ensure_images(cfg: &SandboxConfig) -> Result<Docker, SandboxError> {
     let docker = connect_docker().await?;
     ensure_image(&docker, &cfg.image, &cfg.cleanup, &mut stderr_progress).await?;
     ensure_service_images(&docker, cfg).await?;
     tracing::debug!(step = "image present", "images present");
-    let sandbox = DockerSandbox::create(&docker, spec).await?;
-    Ok((docker, sandbox))
+    Ok(docker)
 }
 
 /// Make sure every `--service`'s image exists (agentbox's own are built on first use).

@@ -171,6 +171,14 @@ impl Session {
             preflight::Outcome::of(&opened, |(sb, _)| sb.info().session.clone()),
         );
         let (sandbox, isolation) = opened?;
+        if isolation.as_ref().is_some_and(|i| i.from_pool) {
+            events.emit(&Event::Note {
+                message: format!(
+                    "sandbox: from the warm pool (container {}), the project copied in",
+                    sandbox.info().container_id
+                ),
+            });
+        }
         for w in &sandbox.info().warnings {
             events.emit(&Event::Note {
                 message: format!("WARNING: {w}"),

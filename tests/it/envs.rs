@@ -211,3 +211,63 @@ fn a_bad_name_is_refused_before_anything_is_made() {
         assert!(!data.path().join("envs").exists());
     }
 }
+
+/// A first run cut short after its volume was filled and before its record was written: the
+/// next `--env NAME` refuses to copy on top of it, and `env rm NAME` removes it.
+#[tokio::test]
+async fn a_volume_without_its_record_is_refused_then_removed() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-orphan-{}", uuid::Uuid::new_v4().simple());
+    let volume = format!("agentbox-env-{env}");
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(std::collections::HashMap::from([(
+                ENV_LABEL.to_string(),
+                env.clone(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let s = script(
+        data.path(),
+        "s.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let out = run_env(data.path(), &env, &s, project.path(), "anything");
+    let stderr = text(&out.stderr);
+    let _ = docker
+        .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+        .await
+        .err();
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("has no record"), "{stderr}");
+    assert!(!data.path().join("envs").join(&env).join("record.json").exists());
+
+    // Made again, then removed by `env rm` with no record to go by.
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(std::collections::HashMap::from([(
+                ENV_LABEL.to_string(),
+                env.clone(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rm = run(agentbox()
+        .env("AGENTBOX_DATA_DIR", data.path())
+        .args(["env", "rm", &env]));
+    let gone = docker.inspect_volume(&volume).await.is_err();
+    if !gone {
+        let _ = docker
+            .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await;
+    }
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert!(gone, "env rm left the volume");
+}

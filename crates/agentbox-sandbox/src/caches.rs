@@ -78,11 +78,11 @@ pub async fn create(
     name: &str,
     labels: HashMap<String, String>,
 ) -> Result<Registration, SandboxError> {
-    let registration = spec.cleanup.register(Resource::Creating {
+    let registration = spec.cleanup.register_creating(Resource::Creating {
         docker: docker.clone(),
         name: name.to_string(),
         volume: true,
-    });
+    })?;
     let made = docker
         .create_volume(bollard::models::VolumeCreateRequest {
             name: Some(name.to_string()),

@@ -53,6 +53,10 @@ struct Inner {
     termination_claimed: AtomicBool,
     /// Services left by killed processes were swept (see `DockerSandbox::start_services`).
     services_swept: AtomicBool,
+    /// [`Cleanup::run`] has begun: nothing may be created any more, since its sweep may be
+    /// past already (a background task — the warm pool's refill — would otherwise start a
+    /// sandbox after the sweep, and leave it).
+    closing: AtomicBool,
 }
 
 #[derive(Clone, Default)]
@@ -138,6 +142,21 @@ impl Cleanup {
         Registration(id)
     }
 
+    /// Register a resource about to be created ([`Resource::Creating`]), unless cleanup has
+    /// begun: then [`SandboxError::Closing`], and the caller creates nothing. Checked under the
+    /// lock [`Cleanup::run`] takes its list under, so a creation is either in that list or
+    /// refused.
+    pub(crate) fn register_creating(&self, resource: Resource) -> Result<Registration, super::SandboxError> {
+        let mut map = self.lock();
+        if self.inner.closing.load(Ordering::Acquire) {
+            return Err(super::SandboxError::Closing);
+        }
+        self.inner.created_any.store(true, Ordering::Relaxed);
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        map.insert(id, resource);
+        Ok(Registration(id))
+    }
+
     /// The resource is gone (or another registration now stands for it).
     pub fn release(&self, registration: Registration) {
         self.lock().remove(&registration.0);
@@ -162,12 +181,16 @@ impl Cleanup {
     pub async fn run(&self) -> Vec<String> {
         let this = self.clone();
         let _ = tokio::task::spawn_blocking(move || drop(this.critical())).await;
-        let all: Vec<Resource> = std::mem::take(&mut *self.lock())
-            .into_values()
-            // Newest first: a service before the sandbox whose network namespace it is in
-            // (Podman refuses to remove a container others depend on).
-            .rev()
-            .collect();
+        let all: Vec<Resource> = {
+            let mut map = self.lock();
+            self.inner.closing.store(true, Ordering::Release);
+            std::mem::take(&mut *map)
+        }
+        .into_values()
+        // Newest first: a service before the sandbox whose network namespace it is in
+        // (Podman refuses to remove a container others depend on).
+        .rev()
+        .collect();
         let mut creating = Vec::new();
         let mut volumes = Vec::new();
         let mut checks = Vec::new();
@@ -232,5 +255,28 @@ mod tests {
         assert!(!c.inner.created_any.load(Ordering::Relaxed));
         assert_eq!(c.clone(), c, "clones are the same owner");
         assert_ne!(Cleanup::default(), c);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_created_once_cleanup_has_begun() {
+        // A client that never connects: nothing here talks to a daemon.
+        let docker =
+            Docker::connect_with_http("http://127.0.0.1:9", 1, bollard::API_DEFAULT_VERSION).unwrap();
+        let creating = || Resource::Creating {
+            docker: docker.clone(),
+            name: "x".into(),
+            volume: false,
+        };
+        let before = Cleanup::default();
+        let r = before.register_creating(creating()).unwrap();
+        before.release(r);
+        // Nothing ever created: `run` has no daemon to sweep.
+        let c = Cleanup::default();
+        assert!(c.run().await.is_empty());
+        assert!(matches!(
+            c.register_creating(creating()),
+            Err(crate::SandboxError::Closing)
+        ));
+        assert!(c.lock().is_empty());
     }
 }

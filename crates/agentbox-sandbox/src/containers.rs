@@ -27,11 +27,11 @@ pub(crate) async fn create_tracked(
     }
     let image = body.image.clone().unwrap_or_default();
     let runtime = body.host_config.as_ref().and_then(|h| h.runtime.clone());
-    let registration = cleanup.register(Resource::Creating {
+    let registration = cleanup.register_creating(Resource::Creating {
         docker: docker.clone(),
         name: name.to_string(),
         volume: false,
-    });
+    })?;
     let made = docker
         .create_container(
             Some(CreateContainerOptionsBuilder::default().name(name).build()),

@@ -20,6 +20,7 @@ mod identity;
 pub mod image;
 mod messages;
 mod policy;
+pub mod pool;
 mod project;
 pub mod publish;
 mod seccomp;
@@ -42,6 +43,7 @@ pub use policy::{
     GIT_ROOT, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     VolumeMount, WorkspaceSource, parse_size,
 };
+pub use pool::{POOL_LABEL, Pool};
 pub use project::{ProjectDir, bind_workspace, inspect_project};
 
 /// Where the project is mounted inside every sandbox.
@@ -309,6 +311,9 @@ pub enum SandboxError {
     Image(#[from] image::ImageError),
     #[error("the sandbox container is gone (removed or killed from outside): {0}")]
     ContainerGone(String),
+    /// The run is being cleaned up (interrupted, or at its end): nothing more is created.
+    #[error("agentbox is stopping: no sandbox is started any more")]
+    Closing,
     /// A service (`--service`) that could not start or become ready.
     #[error("the service {name} cannot serve the sandbox: {why}")]
     Service { name: String, why: String },

@@ -776,6 +776,13 @@ impl SandboxSpec {
                 source: Some(name.clone()),
                 typ: Some(MountType::VOLUME),
                 read_only: Some(false),
+                // An empty volume (a pooled sandbox's, the project copied in later) would get
+                // the image's `/workspace` copied over it at the mount, owner and all: root's,
+                // where the seeder gave it to the sandbox user.
+                volume_options: Some(MountVolumeOptions {
+                    no_copy: Some(true),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
         };

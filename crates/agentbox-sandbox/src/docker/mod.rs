@@ -104,11 +104,11 @@ impl DockerSandbox {
             debug!(step = "engine checks", "engine checked");
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
-                    let registration = spec.cleanup.register(Resource::Creating {
+                    let registration = spec.cleanup.register_creating(Resource::Creating {
                         docker: docker.clone(),
                         name: name.clone(),
                         volume: true,
-                    });
+                    })?;
                     if let Err(e) =
                         prepare_volume(docker, &spec, name, seed, spec.labels(), &registration).await
                     {
@@ -356,6 +356,48 @@ impl DockerSandbox {
             })),
             StartExecResults::Detached => Err(SandboxError::Other("exec started detached".into())),
         }
+    }
+
+    /// Copy a project's archive into the workspace of a sandbox started with an empty one (a
+    /// pooled sandbox, see `pool`): the same tar (owned by the sandbox user) as an `--isolate`
+    /// volume's seeding. A small one is unpacked by `tar` in the sandbox, as the sandbox user,
+    /// through the executor (no request to the daemon; a one-file project: 41 ms median on a
+    /// loaded 2-core machine, where the archive API took 65 ms): nothing of the host takes
+    /// part, and what it writes is the sandbox's own workspace. A larger one, or one `tar`
+    /// could not unpack (an image without it), goes through the archive API.
+    pub async fn copy_in(&self, archive: &Path) -> Result<(), SandboxError> {
+        /// The executor carries stdin in memory, base64 in a frame.
+        const THROUGH_THE_EXECUTOR: u64 = 4 << 20;
+        self.check_open()?;
+        let read_err =
+            |e: std::io::Error| SandboxError::Other(format!("cannot read the project archive: {e}"));
+        let size = tokio::fs::metadata(archive).await.map_err(read_err)?.len();
+        if self.info.exec_mode == ExecMode::Persistent && size <= THROUGH_THE_EXECUTOR {
+            let tar = tokio::fs::read(archive).await.map_err(read_err)?;
+            let unpack = ExecRequest::argv(
+                ["tar", "-x", "-p", "-f", "-", "-C", super::WORKSPACE],
+                Duration::from_secs(120),
+            )
+            .stdin(tar)
+            .capture(4096, 4096);
+            match self.exec(unpack).await? {
+                out if out.success() => return Ok(()),
+                out => debug!(
+                    status = %out.status_line(),
+                    stderr = %out.stderr.to_text(),
+                    "tar in the sandbox did not unpack the project: the archive API instead"
+                ),
+            }
+        }
+        let file = tokio::fs::File::open(archive).await.map_err(read_err)?;
+        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+        let opts = UploadToContainerOptionsBuilder::default()
+            .path(super::WORKSPACE)
+            .build();
+        self.docker
+            .upload_to_container(&self.info.container_id, Some(opts), body)
+            .await
+            .map_err(|e| SandboxError::docker("copy the project into the sandbox", e))
     }
 
     /// For a bind-mounted project: move out git metadata the session planted or replaced, and

@@ -61,11 +61,19 @@ pub(crate) async fn prepare_env_volume(
         (crate::policy::ENV_LABEL.to_string(), env.to_string()),
         (crate::HOST_LABEL.to_string(), crate::gc::hostname()),
     ]);
-    let registration = spec.cleanup.register(Resource::Creating {
+    // A volume of that name already (a first run cut short before its record was written):
+    // Docker would hand it back as created, and the copy would land on top of what is in it.
+    if docker.inspect_volume(name).await.is_ok() {
+        return Err(SandboxError::Other(format!(
+            "volume {name} exists already but environment {env} has no record (a first run cut \
+             short?): remove it with `agentbox env rm {env}` and run again"
+        )));
+    }
+    let registration = spec.cleanup.register_creating(Resource::Creating {
         docker: docker.clone(),
         name: name.to_string(),
         volume: true,
-    });
+    })?;
     let made = prepare_volume(docker, spec, name, seed, labels, &registration).await;
     if made.is_err() {
         remove_volume(docker, name).await;
