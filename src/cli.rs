@@ -47,6 +47,19 @@ pub enum Command {
     /// Build or inspect sandbox images.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Named environments (`run --env NAME`): list, show, remove.
+    #[command(subcommand)]
+    Env(EnvCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvCommand {
+    /// Every environment: name, project, created, last used, turns.
+    List,
+    /// An environment's log of turns: task, verdict, changed files.
+    Show { name: String },
+    /// Remove an environment: its volume and its record.
+    Rm { name: String },
 }
 
 /// Sandbox settings shared by every command that starts one.
@@ -708,6 +721,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub apply: bool,
 
+    /// Work in the named environment: an isolated copy of the project kept after the run
+    /// (made on first use, resumed after). NAME: [a-z0-9][a-z0-9._-]*, at most 64 characters.
+    #[arg(long, value_name = "NAME")]
+    pub env: Option<String>,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 
@@ -829,7 +847,7 @@ impl Command {
             Command::Shell(a) => Some(&mut a.sandbox),
             Command::Mcp(a) => Some(&mut a.sandbox),
             Command::Doctor(a) => Some(&mut a.sandbox),
-            Command::Gc(_) | Command::Image(_) => None,
+            Command::Gc(_) | Command::Image(_) | Command::Env(_) => None,
         }
     }
 }

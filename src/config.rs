@@ -456,6 +456,9 @@ pub struct IsolateSettings {
     pub patch: Option<std::path::PathBuf>,
     pub write_patch: bool,
     pub apply: bool,
+    /// `--env NAME`: the copy is the named environment's volume, kept after the run (made
+    /// from the project on first use, resumed as it was left after).
+    pub env: Option<crate::envs::EnvName>,
 }
 
 /// The project a command was given must be an existing directory: said as a usage error

@@ -12,6 +12,7 @@ pub mod commands;
 pub mod config;
 pub mod config_file;
 pub mod egress;
+pub mod envs;
 pub mod eval;
 pub mod events;
 pub mod exit;

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod demo;
 pub mod doctor;
+pub mod env;
 pub mod eval;
 pub mod exec;
 pub mod gateway;

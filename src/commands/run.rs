@@ -28,6 +28,25 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             patch: args.patch.clone(),
             write_patch: true,
             apply: args.apply,
+            env: None,
+        });
+    }
+    if let Some(name) = &args.env {
+        // Checked before anything is created.
+        let name = crate::envs::EnvName::parse(name).map_err(|e| crate::config::UsageError(e.to_string()))?;
+        if args.apply || args.isolate {
+            return Err(crate::config::UsageError(
+                "--env keeps its own copy of the project: not with --isolate or --apply (see `agentbox env merge`)"
+                    .into(),
+            )
+            .into());
+        }
+        settings.isolate = Some(IsolateSettings {
+            exclude: Vec::new(),
+            patch: args.patch.clone(),
+            write_patch: true,
+            apply: false,
+            env: Some(name),
         });
     }
     let task = if args.task.is_empty() {
@@ -38,6 +57,9 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let published = super::publish::Published::start(&args.publish)?;
     settings.published = published.forwards();
     let report = run_task(&settings, &args.project, &task, &published).await?;
+    if let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) {
+        crate::envs::record_turn(name, &task, &report)?;
+    }
     print_report(&report, args.json, settings.model.secrets())?;
     Ok(report.exit_code)
 }
@@ -59,6 +81,7 @@ pub async fn run_task(
             patch: None,
             write_patch: false,
             apply: true,
+            env: None,
         });
     }
     let settings = &settings;

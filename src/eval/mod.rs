@@ -353,6 +353,7 @@ pub async fn run_task_when<G>(
         patch: None,
         write_patch: false,
         apply: false,
+        env: None,
     });
     let fail = |error: String| TaskResult {
         wall_secs: started.elapsed().as_secs_f64(),

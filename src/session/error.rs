@@ -15,6 +15,9 @@ pub enum SessionError {
     /// A bad flag or configuration: exit status 2 (see `app::report_error`).
     #[error(transparent)]
     Usage(#[from] UsageError),
+    /// A named environment's record (`--env`).
+    #[error(transparent)]
+    Env(#[from] crate::envs::EnvError),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]

@@ -428,6 +428,7 @@ impl IsolatedCopy {
             patch,
             write_patch: true,
             apply: false,
+            env: None,
         };
         let (sandbox, iso) = open_isolated(cfg, project, &settings).await?;
         Ok((sandbox, IsolatedCopy(iso)))
@@ -488,6 +489,17 @@ pub(super) async fn open_isolated(
         path: project.display().to_string(),
         source,
     })?;
+    let kept = match &iso.env {
+        Some(name) => {
+            let base = crate::envs::envs_dir()?;
+            match crate::envs::EnvRecord::load(&base, name) {
+                Ok(record) => return resume_env(cfg, project, root, iso, record, &base).await,
+                Err(crate::envs::EnvError::NotFound(_)) => Some((name.clone(), base)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        None => None,
+    };
     let exclude = iso.exclude.clone();
     let dir = root.clone();
     let packed = tokio::task::spawn_blocking(move || {
@@ -496,16 +508,47 @@ pub(super) async fn open_isolated(
         })
     })
     .await??;
-    let spec = cfg.volume_spec(project, packed.tar.path())?;
-    let pooled = match &cfg.pool {
-        Some(pool) => from_pool(cfg, pool, &spec, packed.tar.path()).await?,
-        None => None,
+    let mut spec = cfg.volume_spec(project, packed.tar.path())?;
+    if let Some((name, _)) = &kept {
+        spec.workspace = crate::sandbox::WorkspaceSource::Env {
+            name: crate::envs::volume_name(name),
+            env: name.to_string(),
+            seed: Some(packed.tar.path().to_path_buf()),
+        };
+    }
+    // An environment's volume is its own (never the pool's).
+    let pooled = match (&cfg.pool, &kept) {
+        (Some(pool), None) => from_pool(cfg, pool, &spec, packed.tar.path()).await?,
+        _ => None,
     };
     let from_pool = pooled.is_some();
     let sb = match pooled {
         Some(sb) => sb,
         None => super::open::open_spec(cfg, spec).await?.1,
     };
+    if let Some((name, base)) = &kept {
+        // The manifest first: a record names an environment whose patch can be computed.
+        let saved = crate::envs::save_manifest(base, name, &packed.manifest).and_then(|()| {
+            let now = crate::envs::now();
+            crate::envs::EnvRecord {
+                name: name.clone(),
+                project: root.clone(),
+                volume: crate::envs::volume_name(name),
+                created: now,
+                last_used: now,
+                image: cfg.image.clone(),
+                network: false,
+                allow_hosts: Vec::new(),
+                conversation: serde_json::Value::Null,
+                turns: Vec::new(),
+            }
+            .save(base)
+        });
+        if let Err(e) = saved {
+            let _ = sb.shutdown().await;
+            return Err(e.into());
+        }
+    }
     Ok((
         sb,
         Isolation {
@@ -514,6 +557,50 @@ pub(super) async fn open_isolated(
             settings: iso.clone(),
             left_out: packed.left_out,
             from_pool,
+        },
+    ))
+}
+
+/// `--env NAME` again: the environment's volume as it was left, the manifest of what was first
+/// copied in (what its patch is computed against); refused for another project.
+async fn resume_env(
+    cfg: &SandboxConfig,
+    project: &Path,
+    root: std::path::PathBuf,
+    iso: &crate::config::IsolateSettings,
+    mut record: crate::envs::EnvRecord,
+    base: &Path,
+) -> Result<(DockerSandbox, Isolation), SessionError> {
+    if record.project != root {
+        return Err(SessionError::Refused(format!(
+            "environment {} is of project {}, not {}",
+            record.name,
+            record.project.display(),
+            root.display()
+        )));
+    }
+    let manifest = crate::envs::load_manifest(base, &record.name)?;
+    // No copy: the seed is never read for an existing environment's volume.
+    let mut spec = cfg.volume_spec(project, Path::new("/dev/null"))?;
+    spec.workspace = crate::sandbox::WorkspaceSource::Env {
+        name: record.volume.clone(),
+        env: record.name.to_string(),
+        seed: None,
+    };
+    let (_, sb) = super::open::open_spec(cfg, spec).await?;
+    record.last_used = crate::envs::now();
+    if let Err(e) = record.save(base) {
+        let _ = sb.shutdown().await;
+        return Err(e.into());
+    }
+    Ok((
+        sb,
+        Isolation {
+            project: root,
+            manifest: Arc::new(manifest),
+            settings: iso.clone(),
+            left_out: Vec::new(),
+            from_pool: false,
         },
     ))
 }

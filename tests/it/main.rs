@@ -19,6 +19,7 @@ mod detect;
 mod egress;
 mod engine_podman;
 mod engine_remote;
+mod envs;
 mod eval;
 mod faults;
 mod gateway;

@@ -39,8 +39,8 @@ pub use connect::{connect_docker, docker_endpoint};
 pub use docker::DockerSandbox;
 pub use flavor::{EngineInfo, EngineKind};
 pub use policy::{
-    BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, Extras, Forward, GIT_ROOT,
-    HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
+    BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, ENV_LABEL, Extras, Forward,
+    GIT_ROOT, HARNESS_DIR, HOME, Limits, MIN_MEMORY, MainProcess, MemoryBudget, ParseSizeError, SandboxSpec,
     VolumeMount, WorkspaceSource, parse_size,
 };
 pub use pool::{POOL_LABEL, Pool};

@@ -429,7 +429,20 @@ pub enum WorkspaceSource {
     /// A labelled Docker volume the project is copied into (`--isolate`): `seed` is a tar of
     /// the project, extracted into the volume before the sandbox starts.
     Volume { name: String, seed: PathBuf },
+    /// A named environment's volume (`agentbox run --env NAME`): like `Volume`, but it outlives
+    /// the process. It carries [`ENV_LABEL`] (the name) and the host, not the per-process
+    /// labels the Ctrl-C sweep and plain `gc` match; nothing registers it with `Cleanup` once
+    /// seeded, and the sandbox's shutdown leaves it. `seed`: a new environment's copy of the
+    /// project; `None` resumes an existing volume as it is.
+    Env {
+        name: String,
+        env: String,
+        seed: Option<PathBuf>,
+    },
 }
+
+/// The label of a named environment's volume; its value is the environment's name.
+pub const ENV_LABEL: &str = "agentbox.env";
 
 /// Everything needed to create one sandbox container.
 #[derive(Debug, Clone)]
@@ -758,7 +771,7 @@ impl SandboxSpec {
                 }
                 m
             }
-            WorkspaceSource::Volume { name, .. } => vec![Mount {
+            WorkspaceSource::Volume { name, .. } | WorkspaceSource::Env { name, .. } => vec![Mount {
                 target: Some(WORKSPACE.to_string()),
                 source: Some(name.clone()),
                 typ: Some(MountType::VOLUME),

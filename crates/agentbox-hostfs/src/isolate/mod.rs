@@ -11,6 +11,7 @@ pub mod links;
 pub mod names;
 pub mod patch;
 pub mod readback;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

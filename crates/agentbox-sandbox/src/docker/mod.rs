@@ -41,7 +41,7 @@ pub(crate) use death::{READ_OOM_KILLS, parse_oom_kills};
 use death::{Seen, watch_events};
 use exec::JOB_REQUEST_TIME;
 pub(crate) use exec::per_call_wrapper;
-use volume::prepare_volume;
+use volume::{prepare_env_volume, prepare_volume};
 
 /// One sandbox container, alive until [`Sandbox::shutdown`] or drop.
 pub struct DockerSandbox {
@@ -109,12 +109,18 @@ impl DockerSandbox {
                         name: name.clone(),
                         volume: true,
                     })?;
-                    if let Err(e) = prepare_volume(docker, &spec, name, seed, &registration).await {
+                    if let Err(e) =
+                        prepare_volume(docker, &spec, name, seed, spec.labels(), &registration).await
+                    {
                         remove_volume(docker, name).await;
                         spec.cleanup.release(registration);
                         return Err(e);
                     }
                     Some((name.clone(), registration))
+                }
+                WorkspaceSource::Env { name, env, seed } => {
+                    prepare_env_volume(docker, &spec, name, env, seed.as_deref()).await?;
+                    None
                 }
                 WorkspaceSource::Bind { .. } => None,
             };
@@ -274,7 +280,7 @@ impl DockerSandbox {
                     exec_mode,
                     warnings: match &spec.workspace {
                         WorkspaceSource::Bind { warnings, .. } => warnings.clone(),
-                        WorkspaceSource::Volume { .. } => Vec::new(),
+                        WorkspaceSource::Volume { .. } | WorkspaceSource::Env { .. } => Vec::new(),
                     },
                 },
                 keepalive: Mutex::new(keepalive),

@@ -1,0 +1,386 @@
+//! Named environments (`--env NAME`, issue 34): the record kept on the host for each one.
+//!
+//! The name is checked before any path is built from it; the record lives in a directory of
+//! its own under the user's data directory (0700), and is replaced whole, by `rename(2)`, so a
+//! reader never sees half of one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::hostfs::isolate::Manifest;
+
+/// The longest name an environment may have.
+pub const MAX_NAME_LEN: usize = 64;
+
+pub use crate::sandbox::ENV_LABEL;
+
+/// The Docker volume of environment `name`.
+pub fn volume_name(name: &EnvName) -> String {
+    format!("agentbox-env-{name}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error(
+        "bad environment name {0:?}: it must match [a-z0-9][a-z0-9._-]* and have at most {MAX_NAME_LEN} characters"
+    )]
+    BadName(String),
+    #[error("no data directory: none of AGENTBOX_DATA_DIR, XDG_DATA_HOME, HOME is set")]
+    NoDataDir,
+    #[error("environment {0} does not exist")]
+    NotFound(String),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("environment record {path}: {source}")]
+    Record {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A checked environment name: `[a-z0-9][a-z0-9._-]*`, at most [`MAX_NAME_LEN`] characters.
+/// The one way a name reaches a path or a label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EnvName(String);
+
+impl EnvName {
+    pub fn parse(name: &str) -> Result<EnvName, EnvError> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok =
+            chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+        if first_ok && rest_ok && name.len() <= MAX_NAME_LEN {
+            Ok(EnvName(name.to_string()))
+        } else {
+            Err(EnvError::BadName(name.to_string()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for EnvName {
+    type Error = EnvError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        EnvName::parse(&s)
+    }
+}
+
+impl From<EnvName> for String {
+    fn from(n: EnvName) -> String {
+        n.0
+    }
+}
+
+impl std::fmt::Display for EnvName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One `run --env` turn, for `env show`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub task: String,
+    pub verdict: String,
+    pub changed: Vec<String>,
+    /// Seconds since the epoch.
+    pub at: u64,
+}
+
+/// What is kept on the host for one environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvRecord {
+    pub name: EnvName,
+    /// The project's canonical path: `--env` with another project is refused.
+    pub project: PathBuf,
+    /// The Docker volume holding the environment's copy of the project.
+    pub volume: String,
+    /// Seconds since the epoch.
+    pub created: u64,
+    pub last_used: u64,
+    pub image: String,
+    /// The flags a resume does not widen unless they are given again.
+    pub network: bool,
+    pub allow_hosts: Vec<String>,
+    /// The model's messages so far, as the model client serialises them.
+    pub conversation: serde_json::Value,
+    pub turns: Vec<Turn>,
+}
+
+/// `envs/` under agentbox's data directory (`$AGENTBOX_DATA_DIR`, else
+/// `$XDG_DATA_HOME/agentbox`, else `~/.local/share/agentbox`).
+pub fn envs_dir() -> Result<PathBuf, EnvError> {
+    crate::hostfs::hostscan::quarantine::data_dir()
+        .map(|d| d.join("envs"))
+        .ok_or(EnvError::NoDataDir)
+}
+
+/// The record's file, under `base` (see [`envs_dir`]).
+pub fn record_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("record.json")
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> EnvError {
+    let path = path.display().to_string();
+    move |source| EnvError::Io { what, path, source }
+}
+
+/// The isolate manifest's file, beside the record: kept apart, as `env list` reads every
+/// record and a manifest has a line per file of the project.
+pub fn manifest_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("manifest.json")
+}
+
+/// Write `bytes` to `path` atomically (a temporary file in the same directory, flushed, then
+/// renamed over the old one), the directory created 0700.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io("write", path)(std::io::ErrorKind::InvalidInput.into()))?;
+    private_dir(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io("create a file in", dir))?;
+    tmp.write_all(bytes).map_err(io("write", tmp.path()))?;
+    tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
+    tmp.persist(path).map_err(|e| io("replace", path)(e.error))?;
+    Ok(())
+}
+
+/// Keep what was copied into `name`'s volume (what its patch and merge are computed against).
+pub fn save_manifest(base: &Path, name: &EnvName, manifest: &Manifest) -> Result<(), EnvError> {
+    let path = manifest_path(base, name);
+    let json = serde_json::to_vec(manifest).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })?;
+    write_atomic(&path, &json)
+}
+
+/// What was copied into `name`'s volume.
+pub fn load_manifest(base: &Path, name: &EnvName) -> Result<Manifest, EnvError> {
+    let path = manifest_path(base, name);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EnvError::NotFound(name.to_string()));
+        }
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Create `dir` and its parents, 0700 for those created.
+fn private_dir(dir: &Path) -> Result<(), EnvError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))
+}
+
+impl EnvRecord {
+    /// Write the record under `base`, atomically: a temporary file in the same directory,
+    /// flushed, then renamed over the old one.
+    pub fn save(&self, base: &Path) -> Result<PathBuf, EnvError> {
+        let path = record_path(base, &self.name);
+        let json = serde_json::to_vec_pretty(self).map_err(|source| EnvError::Record {
+            path: path.display().to_string(),
+            source,
+        })?;
+        write_atomic(&path, &json)?;
+        Ok(path)
+    }
+
+    /// Read `name`'s record under `base`.
+    pub fn load(base: &Path, name: &EnvName) -> Result<EnvRecord, EnvError> {
+        let path = record_path(base, name);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(EnvError::NotFound(name.to_string()));
+            }
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Every record under `base`, by name; a directory whose name is not an environment's is
+    /// not read.
+    pub fn list(base: &Path) -> Result<Vec<EnvRecord>, EnvError> {
+        let entries = match std::fs::read_dir(base) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("list", base)(e)),
+        };
+        let mut records = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("list", base))?;
+            let Some(name) = entry.file_name().to_str().and_then(|n| EnvName::parse(n).ok()) else {
+                continue;
+            };
+            match EnvRecord::load(base, &name) {
+                Ok(r) => records.push(r),
+                Err(EnvError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        records.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+        Ok(records)
+    }
+
+    /// Remove `name`'s record and its directory under `base`.
+    pub fn remove(base: &Path, name: &EnvName) -> Result<(), EnvError> {
+        let dir = base.join(name.as_str());
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(EnvError::NotFound(name.to_string())),
+            Err(e) => Err(io("remove", &dir)(e)),
+        }
+    }
+}
+
+/// Seconds since the epoch.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// After a `run --env` turn: its task, verdict and changed files in the log.
+pub fn record_turn(name: &EnvName, task: &str, report: &crate::report::Report) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
+    let verdict = serde_json::to_value(report.outcome)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    record.turns.push(Turn {
+        task: task.to_string(),
+        verdict,
+        changed: report.changed_files.iter().map(|c| c.path.clone()).collect(),
+        at: now(),
+    });
+    record.last_used = now();
+    record.save(&base)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for good in ["a", "0", "try-1", "fix.bug_2", &"a".repeat(MAX_NAME_LEN)] {
+            assert!(EnvName::parse(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "A",
+            "../x",
+            ".x",
+            "-x",
+            "_x",
+            "a/b",
+            "a b",
+            "é",
+            "a\0",
+            &"a".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(EnvName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_name_in_a_record_is_refused() {
+        let json = r#""../x""#;
+        assert!(serde_json::from_str::<EnvName>(json).is_err());
+    }
+
+    fn record(name: &str) -> EnvRecord {
+        EnvRecord {
+            name: EnvName::parse(name).unwrap(),
+            project: "/p".into(),
+            volume: format!("agentbox-env-{name}"),
+            created: 1,
+            last_used: 2,
+            image: "agentbox/python:3.12".into(),
+            network: false,
+            allow_hosts: vec![],
+            conversation: serde_json::json!([{"role": "user", "content": "hi"}]),
+            turns: vec![Turn {
+                task: "t".into(),
+                verdict: "fixed".into(),
+                changed: vec!["a.py".into()],
+                at: 2,
+            }],
+        }
+    }
+
+    #[test]
+    fn saved_private_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("envs");
+        let r = record("one");
+        let path = r.save(&base).unwrap();
+        let mode = std::fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&base).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        assert_eq!(EnvRecord::load(&base, &r.name).unwrap(), r);
+        // Replaced whole: no temporary file left beside it.
+        r.save(&base).unwrap();
+        assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+        record("two").save(&base).unwrap();
+        std::fs::create_dir(base.join("Not-a-name")).unwrap();
+        let names: Vec<String> = EnvRecord::list(&base)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name.to_string())
+            .collect();
+        assert_eq!(names, ["one", "two"]);
+        let mut m = Manifest::default();
+        m.entries.insert(
+            crate::hostfs::isolate::RelPath::new(b"a.py".to_vec()).unwrap(),
+            crate::hostfs::isolate::Entry::Dir,
+        );
+        save_manifest(&base, &r.name, &m).unwrap();
+        assert_eq!(load_manifest(&base, &r.name).unwrap().entries, m.entries);
+        EnvRecord::remove(&base, &r.name).unwrap();
+        assert!(matches!(
+            load_manifest(&base, &r.name),
+            Err(EnvError::NotFound(_))
+        ));
+        assert!(matches!(
+            EnvRecord::load(&base, &r.name),
+            Err(EnvError::NotFound(_))
+        ));
+    }
+}

@@ -1,0 +1,273 @@
+//! Named environments (`--env`, issue 34): the volume outlives its sandbox and its process's
+//! sweeps, and a second sandbox resumes it as it was left.
+
+use std::time::Duration;
+
+use crate::support::*;
+use agentbox::sandbox::{ENV_LABEL, ExecRequest, Sandbox, WorkspaceSource};
+
+async fn out(sb: &dyn Sandbox, cmd: &str) -> String {
+    let out = sb
+        .exec(ExecRequest::shell(cmd, Duration::from_secs(60)))
+        .await
+        .expect("exec");
+    assert!(out.success(), "{cmd}: {}", out.stderr.to_text());
+    out.stdout.to_text()
+}
+
+#[tokio::test]
+async fn an_environment_volume_outlives_its_sandbox_and_gc() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let env = format!("it-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    let volume = format!("agentbox-env-{env}");
+    let cfg = config();
+    let dir = agentbox::sandbox::inspect_project(project.path()).unwrap();
+    let packed = agentbox::hostfs::isolate::pack(project.path(), dir.uid, dir.gid, &|_| false).unwrap();
+    let spec_for = |seed: Option<std::path::PathBuf>| {
+        let mut spec = cfg.volume_spec(project.path(), packed.tar.path()).unwrap();
+        spec.workspace = WorkspaceSource::Env {
+            name: volume.clone(),
+            env: env.clone(),
+            seed,
+        };
+        spec
+    };
+
+    let first = agentbox::sandbox::DockerSandbox::create(&docker, spec_for(Some(packed.tar.path().into())))
+        .await
+        .expect("sandbox");
+    out(&first, "echo changed > new.txt").await;
+    first.shutdown().await.unwrap();
+
+    let found = docker.inspect_volume(&volume).await.expect("the volume is kept");
+    assert_eq!(found.labels.get(ENV_LABEL), Some(&env));
+    assert!(!found.labels.contains_key("agentbox.pid"), "{:?}", found.labels);
+    assert!(
+        !found.labels.contains_key("agentbox.session"),
+        "{:?}",
+        found.labels
+    );
+    let swept = agentbox::sandbox::gc::collect(&docker, false, false)
+        .await
+        .unwrap();
+    assert!(!swept.volumes_removed.contains(&volume));
+    docker.inspect_volume(&volume).await.expect("plain gc leaves it");
+
+    // Resumed: no copy, what the first sandbox left.
+    let second = agentbox::sandbox::DockerSandbox::create(&docker, spec_for(None))
+        .await
+        .expect("resumed sandbox");
+    assert_eq!(out(&second, "cat new.txt app.py").await, "changed\nx = 1\n");
+    second.shutdown().await.unwrap();
+    assert!(!project.path().join("new.txt").exists());
+
+    // Another environment's name does not open this volume.
+    let mut wrong = spec_for(None);
+    if let WorkspaceSource::Env { env, .. } = &mut wrong.workspace {
+        env.push_str("-other");
+    }
+    assert!(
+        agentbox::sandbox::DockerSandbox::create(&docker, wrong)
+            .await
+            .is_err()
+    );
+
+    docker
+        .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+        .await
+        .unwrap();
+}
+
+fn script(dir: &std::path::Path, file: &str, turns: serde_json::Value) -> String {
+    let path = dir.join(file);
+    std::fs::write(&path, turns.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn run_env(
+    data: &std::path::Path,
+    env: &str,
+    script: &str,
+    project: &std::path::Path,
+    task: &str,
+) -> std::process::Output {
+    let mut cmd = agentbox();
+    cmd.env("AGENTBOX_DATA_DIR", data)
+        .args(["run", "--json", "--env", env, "--script", script])
+        .arg(project)
+        .arg(task)
+        .current_dir(data)
+        .stdin(std::process::Stdio::null());
+    run(&mut cmd)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_then_resume_in_the_same_copy() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "def answer():\n    return 41\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-resume-{}", uuid::Uuid::new_v4().simple());
+    let first = script(
+        data.path(),
+        "first.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "edit_file", "arguments": {"path": "app.py", "old": "return 41", "new": "return 42"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let out = run_env(data.path(), &env, &first, project.path(), "make it 42");
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let record_path = data.path().join("envs").join(&env).join("record.json");
+    assert!(record_path.exists(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(project.file("app.py")).unwrap(),
+        "def answer():\n    return 41\n"
+    );
+
+    // The second run's copy is the first's: the command fails unless the edit is there.
+    let second = script(
+        data.path(),
+        "second.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "grep -q 'return 42' app.py && echo seen > second.txt"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let out = run_env(data.path(), &env, &second, project.path(), "look again");
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let changed = report["changed_files"].to_string();
+    assert!(changed.contains("second.txt"), "{changed}\n{}", text(&out.stderr));
+    assert!(!project.file("second.txt").exists());
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    let tasks: Vec<&str> = record["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["make it 42", "look again"]);
+
+    // Another project may not use it.
+    let other = Project::new(&[("x.py", "")]);
+    let out = run_env(data.path(), &env, &second, other.path(), "no");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("is of project"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let env_cmd = |args: &[&str]| {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path()).arg("env").args(args);
+        run(&mut cmd)
+    };
+    let list = env_cmd(&["list"]);
+    assert!(text(&list.stdout).contains(&env), "{}", text(&list.stderr));
+    assert!(text(&list.stdout).contains("2 turns"), "{}", text(&list.stdout));
+    let show = text(&env_cmd(&["show", &env]).stdout);
+    assert!(
+        show.contains("make it 42") && show.contains("look again"),
+        "{show}"
+    );
+    assert!(show.contains("second.txt"), "{show}");
+
+    // Plain gc leaves it; `env rm` leaves nothing.
+    let volume = format!("agentbox-env-{env}");
+    assert_eq!(run(agentbox().arg("gc")).status.code(), Some(0));
+    docker
+        .inspect_volume(&volume)
+        .await
+        .expect("plain gc leaves an environment");
+    let rm = env_cmd(&["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    assert!(
+        docker.inspect_volume(&volume).await.is_err(),
+        "the volume is removed"
+    );
+    assert!(!data.path().join("envs").join(&env).exists());
+    assert_ne!(env_cmd(&["show", &env]).status.code(), Some(0));
+}
+
+#[test]
+fn a_bad_name_is_refused_before_anything_is_made() {
+    let project = Project::new(&[("app.py", "")]);
+    let data = tempfile::tempdir().unwrap();
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    for bad in ["../x", "A", ""] {
+        let out = run_env(data.path(), bad, &done, project.path(), "t");
+        assert!(
+            text(&out.stderr).contains("bad environment name"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", text(&out.stderr));
+        assert!(!data.path().join("envs").exists());
+    }
+}
+
+/// A first run cut short after its volume was filled and before its record was written: the
+/// next `--env NAME` refuses to copy on top of it, and `env rm NAME` removes it.
+#[tokio::test]
+async fn a_volume_without_its_record_is_refused_then_removed() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-orphan-{}", uuid::Uuid::new_v4().simple());
+    let volume = format!("agentbox-env-{env}");
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(std::collections::HashMap::from([(
+                ENV_LABEL.to_string(),
+                env.clone(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let s = script(
+        data.path(),
+        "s.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let out = run_env(data.path(), &env, &s, project.path(), "anything");
+    let stderr = text(&out.stderr);
+    let _ = docker
+        .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+        .await
+        .err();
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("has no record"), "{stderr}");
+    assert!(!data.path().join("envs").join(&env).join("record.json").exists());
+
+    // Made again, then removed by `env rm` with no record to go by.
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(volume.clone()),
+            labels: Some(std::collections::HashMap::from([(
+                ENV_LABEL.to_string(),
+                env.clone(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rm = run(agentbox()
+        .env("AGENTBOX_DATA_DIR", data.path())
+        .args(["env", "rm", &env]));
+    let gone = docker.inspect_volume(&volume).await.is_err();
+    if !gone {
+        let _ = docker
+            .remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await;
+    }
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert!(gone, "env rm left the volume");
+}
