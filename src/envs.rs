@@ -171,13 +171,17 @@ pub fn save_manifest(base: &Path, name: &EnvName, manifest: &Manifest) -> Result
 
 /// What was copied into `name`'s volume.
 pub fn load_manifest(base: &Path, name: &EnvName) -> Result<Manifest, EnvError> {
-    let path = manifest_path(base, name);
-    let bytes = match std::fs::read(&path) {
+    read_json(&manifest_path(base, name), name)
+}
+
+/// One of `name`'s JSON files: [`EnvError::NotFound`] when it is not there.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path, name: &EnvName) -> Result<T, EnvError> {
+    let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(EnvError::NotFound(name.to_string()));
         }
-        Err(e) => return Err(io("read", &path)(e)),
+        Err(e) => return Err(io("read", path)(e)),
     };
     serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
         path: path.display().to_string(),
@@ -210,18 +214,7 @@ impl EnvRecord {
 
     /// Read `name`'s record under `base`.
     pub fn load(base: &Path, name: &EnvName) -> Result<EnvRecord, EnvError> {
-        let path = record_path(base, name);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(EnvError::NotFound(name.to_string()));
-            }
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
-            path: path.display().to_string(),
-            source,
-        })
+        read_json(&record_path(base, name), name)
     }
 
     /// Every record under `base`, by name; a directory whose name is not an environment's is
