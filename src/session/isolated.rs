@@ -544,10 +544,7 @@ pub(super) async fn open_isolated(
             }
             .save(base)
         });
-        if let Err(e) = saved {
-            let _ = sb.shutdown().await;
-            return Err(e.into());
-        }
+        saved_or_shut(&sb, saved).await?;
     }
     Ok((
         sb,
@@ -559,6 +556,19 @@ pub(super) async fn open_isolated(
             from_pool,
         },
     ))
+}
+
+/// What an environment had to write, else the sandbox goes too: no session starts on an
+/// environment whose record or manifest is not on disk.
+async fn saved_or_shut<T>(
+    sb: &DockerSandbox,
+    saved: Result<T, crate::envs::EnvError>,
+) -> Result<(), SessionError> {
+    if let Err(e) = saved {
+        let _ = sb.shutdown().await;
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 /// `--env NAME` again: the environment's volume as it was left, the manifest of what was first
@@ -589,10 +599,7 @@ async fn resume_env(
     };
     let (_, sb) = super::open::open_spec(cfg, spec).await?;
     record.last_used = crate::envs::now();
-    if let Err(e) = record.save(base) {
-        let _ = sb.shutdown().await;
-        return Err(e.into());
-    }
+    saved_or_shut(&sb, record.save(base)).await?;
     Ok((
         sb,
         Isolation {

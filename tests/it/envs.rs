@@ -212,6 +212,21 @@ fn a_bad_name_is_refused_before_anything_is_made() {
     }
 }
 
+/// A volume with the environment's label and no record, as a first run cut short leaves.
+async fn orphan_volume(docker: &bollard::Docker, volume: &str, env: &str) {
+    docker
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(volume.to_string()),
+            labels: Some(std::collections::HashMap::from([(
+                ENV_LABEL.to_string(),
+                env.to_string(),
+            )])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
 /// A first run cut short after its volume was filled and before its record was written: the
 /// next `--env NAME` refuses to copy on top of it, and `env rm NAME` removes it.
 #[tokio::test]
@@ -221,17 +236,7 @@ async fn a_volume_without_its_record_is_refused_then_removed() {
     let data = tempfile::tempdir().unwrap();
     let env = format!("it-orphan-{}", uuid::Uuid::new_v4().simple());
     let volume = format!("agentbox-env-{env}");
-    docker
-        .create_volume(bollard::models::VolumeCreateRequest {
-            name: Some(volume.clone()),
-            labels: Some(std::collections::HashMap::from([(
-                ENV_LABEL.to_string(),
-                env.clone(),
-            )])),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    orphan_volume(&docker, &volume, &env).await;
     let s = script(
         data.path(),
         "s.json",
@@ -248,17 +253,7 @@ async fn a_volume_without_its_record_is_refused_then_removed() {
     assert!(!data.path().join("envs").join(&env).join("record.json").exists());
 
     // Made again, then removed by `env rm` with no record to go by.
-    docker
-        .create_volume(bollard::models::VolumeCreateRequest {
-            name: Some(volume.clone()),
-            labels: Some(std::collections::HashMap::from([(
-                ENV_LABEL.to_string(),
-                env.clone(),
-            )])),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    orphan_volume(&docker, &volume, &env).await;
     let rm = run(agentbox()
         .env("AGENTBOX_DATA_DIR", data.path())
         .args(["env", "rm", &env]));

@@ -544,6 +544,14 @@ async fn a_secret_goes_in_its_header_to_its_host_only() {
     assert!(!stderr.contains(&token) && !stderr.contains(&other), "{stderr}");
 }
 
+/// One chat completion through `OPENAI_BASE_URL` with `OPENAI_API_KEY`, its answer printed.
+const CHAT_CALL: &str = r#"import json, os, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])
+"#;
+
 /// `mcp --model-gateway`: a command the client runs through the `bash` tool reaches the model
 /// through the gateway; each request is a line on the server's stderr as it ends, and the
 /// summary follows when the client goes. (JSON-RPC over stdio, written here: the request is the
@@ -553,13 +561,7 @@ async fn mcp_sessions_get_the_gateway_and_log_each_request() {
     use std::io::{BufRead, BufReader, Write};
     let server = ModelServer::start(vec![Reply::ok(chat_reply("mcp answer", 11, 4))]).await;
     let real_key = format!("sk-real-{}", uuid::Uuid::new_v4().simple());
-    let call = r#"import json, os, urllib.request
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
-    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"})
-print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])
-"#;
-    let project = Project::new(&[("call.py", call)]);
+    let project = Project::new(&[("call.py", CHAT_CALL)]);
     let mut child = agentbox()
         .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")
@@ -635,13 +637,7 @@ print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"
 async fn a_shell_gets_the_gateway_too() {
     let server = ModelServer::start(vec![Reply::ok(chat_reply("shell answer", 7, 3))]).await;
     let real_key = format!("sk-real-{}", uuid::Uuid::new_v4().simple());
-    let call = r#"import json, os, urllib.request
-req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-    data=json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode(),
-    headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"})
-print(json.load(urllib.request.urlopen(req, timeout=30))["choices"][0]["message"]["content"])
-"#;
-    let project = Project::new(&[("call.py", call)]);
+    let project = Project::new(&[("call.py", CHAT_CALL)]);
     let upstream = format!("{}/v1", server.anthropic_url());
     let path = project.path().display().to_string();
     let mut pty = crate::support::pty::Pty::spawn_with(

@@ -2,7 +2,7 @@
 //! full policy in a pooled one, and nothing left behind on the normal end, SIGINT, SIGTERM, or
 //! SIGKILL followed by `agentbox gc`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -62,21 +62,11 @@ fn events(out: &Path, task: &str) -> Vec<Value> {
 
 /// Containers labelled with the pool's label and `pid`'s, in any state.
 async fn pooled_of_pid(docker: &bollard::Docker, pid: u32) -> usize {
-    use bollard::query_parameters::ListContainersOptionsBuilder;
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("agentbox.pid={pid}"), "agentbox.pool=1".to_string()],
-    )]);
-    docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::default()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .unwrap()
-        .len()
+    containers_labelled(
+        docker,
+        &[format!("agentbox.pid={pid}"), "agentbox.pool=1".to_string()],
+    )
+    .await
 }
 
 async fn nothing_left(pid: u32) {

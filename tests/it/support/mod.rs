@@ -202,8 +202,12 @@ pub fn text(bytes: &[u8]) -> String {
 
 /// Containers labelled by the agentbox process `pid`.
 pub async fn containers_of_pid(docker: &Docker, pid: u32) -> usize {
-    let filters =
-        std::collections::HashMap::from([("label".to_string(), vec![format!("agentbox.pid={pid}")])]);
+    containers_labelled(docker, &[format!("agentbox.pid={pid}")]).await
+}
+
+/// Containers, in any state, carrying every one of `labels` (`KEY` or `KEY=VALUE`).
+pub async fn containers_labelled(docker: &Docker, labels: &[String]) -> usize {
+    let filters = std::collections::HashMap::from([("label".to_string(), labels.to_vec())]);
     // agentbox's own listing: it also reads Podman's answers, whose states bollard's model
     // does not know.
     agentbox::sandbox::gc::list_labelled(docker, &filters)
