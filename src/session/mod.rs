@@ -477,12 +477,14 @@ pub async fn work(
     }
 }
 
-/// The attempts are over with the tests failing (`end`, counted): if an earlier state had
-/// fewer failing tests, put the project back to it.
+/// The attempts are over with the tests failing (`end`, counted): unless the end is as good as
+/// the best state seen (no more failing, none failing that passed there), put the project back
+/// to that state. A tie on the count is not enough: an end that fixed one test and broke
+/// another that passed would otherwise be kept over the state it broke.
 async fn keep_best(agent: &Agent<'_>, best: &Best<'_>, end: Option<&crate::tools::tally::Tally>) {
     let seen = best.seen.lock().await;
     let Some(kept) = seen.as_ref() else { return };
-    let worse = end.is_none_or(|e| kept.failing_score() < e.failing_score());
+    let worse = end.is_none_or(|e| !e.as_good_as(kept));
     if !worse {
         return;
     }

@@ -95,6 +95,28 @@ impl Tally {
         }
     }
 
+    /// Whether `self` is at least as good as `best`: it runs, no more tests fail, and none fails
+    /// that passed in `best`. A state that trades one passing test for another is not: it
+    /// broke something that worked, which the count alone does not show.
+    pub fn as_good_as(&self, best: &Tally) -> bool {
+        if self.broken {
+            return false;
+        }
+        if best.broken {
+            return true;
+        }
+        if self.failed > best.failed {
+            return false;
+        }
+        if !self.failing.is_empty() || !best.failing.is_empty() {
+            return self.failing.is_subset(&best.failing);
+        }
+        match (self.passed, best.passed) {
+            (Some(now), Some(then)) => now >= then,
+            _ => true,
+        }
+    }
+
     /// How bad it is, for "the fewest failing tests": failing tests, and a run that does not
     /// even collect worst of all.
     pub fn failing_score(&self) -> u32 {
@@ -240,6 +262,19 @@ mod tests {
         assert!(!before.improves_on(&before));
         let passing = tally("pytest", "5 passed in 0.01s\n", 0).unwrap();
         assert!(passing.improves_on(&fewer));
+        // As good as: what the loop keeps at its end over the best state it saw.
+        let swapped = Tally {
+            failing: names(&["a", "b", "d"]),
+            ..before.clone()
+        };
+        assert!(before.as_good_as(&before), "the same failures: as good");
+        assert!(!swapped.as_good_as(&before), "as many fail, but d passed before");
+        assert!(fewer.as_good_as(&before));
+        let broken = Tally {
+            broken: true,
+            ..Tally::default()
+        };
+        assert!(!broken.as_good_as(&broken) && before.as_good_as(&broken));
     }
 
     #[test]

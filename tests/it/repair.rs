@@ -931,6 +931,30 @@ async fn when_the_loop_ends_with_the_tests_failing_the_project_is_left_at_its_be
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_that_trades_a_passing_test_for_a_failing_one_is_not_kept() {
+    // The demo's failure on the local model: the end had as many failing tests as the start
+    // (3 of 5), but not the same ones, and it was kept over the start.
+    let p = fees();
+    let out = run(
+        &p,
+        json!([
+            // test_fee (75) breaks; test_member_pays_half... passes (74 / 2 == 37): 3 still fail.
+            {"tool_calls": [call("edit_file", json!({"path": "fees.py", "old": "    total = days * 25\n", "new": "    total = days * 25 - 1\n"}))]},
+            {"text": "done"}
+        ]),
+        &["--max-steps", "4"],
+    )
+    .await;
+    assert_eq!(p.read("fees.py"), FEES, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the project is left at the best state it reached (1 of 4 tests pass)"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_attempt_and_the_end_go_back_to_the_start_not_to_worse() {
     let p = fees();
     let edit = |old: &str, new: &str| call("edit_file", json!({"path": "fees.py", "old": old, "new": new}));
