@@ -543,9 +543,15 @@ pub struct AgentArgs {
 
     /// With --strategy repair or auto: candidate fixes asked for per round (the first at
     /// temperature 0 about every failure; the others each about one failing test, at
-    /// temperature 0 until each has had one, then at --retry-temperature).
+    /// --focus-temperature until each has had one, then at --retry-temperature).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidates: u32,
+
+    /// With --strategy repair or auto: the temperature of the candidates that are each about
+    /// one failing test. At 0 a 1.5B model mostly gives the function back unchanged when it
+    /// cannot see the bug; hotter, some of its samples change it.
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    pub focus_temperature: f32,
 
     /// With --strategy repair or auto: candidate sandboxes tested at once (in eval, per task:
     /// up to --jobs times this many candidate sandboxes exist at once).

@@ -571,6 +571,8 @@ pub struct RepairSettings {
     pub reply: crate::cli::RepairReply,
     /// Rounds of candidates, each from the best partial fix of the round before.
     pub rounds: u32,
+    /// Temperature of the candidates that are each about one failing test.
+    pub focus_temperature: f32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -656,6 +658,7 @@ impl AgentSettings {
                 candidate_jobs: args.candidate_jobs,
                 reply: args.repair_reply.unwrap_or_default(),
                 rounds: args.repair_rounds,
+                focus_temperature: args.focus_temperature,
             },
             aids: Aids {
                 prime: args.prime || small,

@@ -440,8 +440,10 @@ impl<'a> Repairing<'a> {
             let number = rounds.number;
             let on = (k >= 2 && !failing_tests.is_empty())
                 .then(|| failing_tests[(k as usize - 2) % failing_tests.len()].clone());
-            let temperature = if k == 1 || on.is_some() && (k as usize - 2) < failing_tests.len() {
+            let temperature = if k == 1 {
                 0.0
+            } else if on.is_some() && (k as usize - 2) < failing_tests.len() {
+                self.settings.repair.focus_temperature
             } else {
                 self.settings.aids.retry_temperature
             };

@@ -455,6 +455,53 @@ async fn demo_replay_replays_even_with_a_model_configured() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn focused_candidates_are_sampled_at_the_focus_temperature() {
+    use crate::support::model_server::{ModelServer, Reply, openai_turn};
+    let p = Project::new(&[("counter.py", COUNTER), ("test_counter.py", TESTS)]);
+    let server = ModelServer::start(vec![
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": WRONG}))],
+        )),
+        Reply::ok(openai_turn(
+            "",
+            &[("write_file", json!({"path": "counter.py", "content": FIXED}))],
+        )),
+    ])
+    .await;
+    let out = run_over_openai(
+        &p,
+        &server.openai_url(),
+        &[
+            "--repair-reply",
+            "tools",
+            "--candidates",
+            "2",
+            "--focus-temperature",
+            "0.6",
+        ],
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{stderr}");
+    assert_eq!(
+        reqs[0].body["temperature"], 0.0,
+        "the first candidate, about every failure"
+    );
+    assert_eq!(
+        reqs[1].body["temperature"].as_f64().map(|t| (t * 10.0).round()),
+        Some(6.0),
+        "the second, about one failing test"
+    );
+    assert!(
+        stderr.contains("candidate 2 (temperature 0.6, about test_counter.py::test_extra_spaces): passed"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_openai_wire_repair_reply_tools_asks_for_write_file_calls_and_reads_them() {
     use crate::support::model_server::{ModelServer, Reply, openai_turn};
     let p = Project::new(&[
