@@ -277,6 +277,48 @@ mod tests {
         );
     }
 
+    fn help(args: &[&str]) -> String {
+        match crate::cli::command().try_get_matches_from(args) {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.render().to_string(),
+            other => panic!("{args:?} did not print help: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn short_help_shows_the_first_needs_and_long_help_every_option_under_its_heading() {
+        let short = help(&["agentbox", "run", "-h"]);
+        let long = help(&["agentbox", "run", "--help"]);
+        for shown in [
+            "--model",
+            "--small-model",
+            "--image",
+            "--test-cmd",
+            "--isolate",
+            "--json",
+        ] {
+            assert!(short.contains(shown) && long.contains(shown), "{shown}:\n{short}");
+        }
+        for hidden in [
+            "--memory",
+            "--pids-limit",
+            "--tmp-size",
+            "--candidate-jobs",
+            "--ca-cert",
+        ] {
+            assert!(
+                !short.contains(hidden) && long.contains(hidden),
+                "{hidden}:\n{short}"
+            );
+        }
+        // The model's options come before the sandbox's resource knobs.
+        let at = |text: &str, what: &str| text.find(what).unwrap();
+        assert!(at(&long, "\nModel:") < at(&long, "\nSandbox:"), "{long}");
+        assert!(at(&long, "--model ") < at(&long, "--memory "), "{long}");
+        // Positionals stay under Arguments, not under a flattened struct's heading.
+        assert!(at(&long, "\nArguments:") < at(&long, "\n  <PROJECT>"), "{long}");
+        assert!(at(&long, "\n  <PROJECT>") < at(&long, "\nOptions:"), "{long}");
+    }
+
     #[test]
     fn markup_outside_code_is_escaped() {
         assert_eq!(
