@@ -119,10 +119,16 @@ fn arg_item(out: &mut String, arg: &clap::Arg) {
         (Some(s), None) => format!("-{s}"),
         (None, None) => arg.get_id().to_string(),
     };
-    let name = if takes_value && !arg.is_positional() {
-        format!("{name} {value}")
-    } else {
-        name
+    let optional = arg.get_num_args().is_some_and(|n| n.min_values() == 0);
+    let name = match (
+        takes_value && !arg.is_positional(),
+        arg.is_require_equals_set(),
+        optional,
+    ) {
+        (false, ..) => name,
+        (true, true, true) => format!("{name}[={value}]"),
+        (true, true, false) => format!("{name}={value}"),
+        (true, false, _) => format!("{name} {value}"),
     };
     let help = arg
         .get_long_help()
