@@ -31,7 +31,7 @@ test: (image "debug")
     scripts/mcp-client-venv target/mcp-client-venv
     cargo test --locked
 
-# Scenarios where gVisor behaves differently say so in the tests (README, "gVisor").
+# Scenarios where gVisor behaves differently say so in the tests (the book, docs/src/engines/gvisor.md).
 # The hostile suites again, every sandbox under gVisor (runsc registered: scripts/ci-runsc).
 test-gvisor: (image "debug")
     AGENTBOX_TEST_RUNTIME=runsc cargo test --locked --test it -- hostile:: hostile_git:: \
@@ -45,7 +45,9 @@ bench: (image "debug")
 bench-quick: (image "debug")
     cargo bench --locked --bench bench -- quick
 
-# Formatting, lints and import cycles between source files (scripts/module-cycles), as CI expects them.
+# Formatting, lints, import cycles between source files (scripts/module-cycles), the command
+# reference current (`just docs`) and the book building (mdbook: .ci/run installs it), as CI
+# expects them.
 lint:
     cargo fmt --check
     cargo clippy --all-targets --locked -- -D warnings
@@ -53,6 +55,13 @@ lint:
     scripts/module-cycles crates/agentbox-sandbox/src
     scripts/module-cycles crates/agentbox-hostfs/src
     scripts/module-cycles crates/agentbox-model/src
+    cargo test --locked --lib -p agentbox cli_reference
+    mdbook build docs --dest-dir target/book
+
+# Write the book's command reference (docs/src/reference, a page per command) from the clap
+# definitions; `just lint` fails while it is stale.
+docs:
+    AGENTBOX_WRITE_REFERENCE=1 cargo test --locked --lib -p agentbox cli_reference
 
 # Remove containers and volumes left by killed agentbox processes.
 gc: build

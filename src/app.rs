@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{Cli, Command};
@@ -39,7 +39,7 @@ pub fn main() -> ExitCode {
 
 /// Flags > environment > config file > defaults: the file's values become clap's defaults.
 fn parse_args() -> Result<Cli, UsageError> {
-    let mut cmd = Cli::command();
+    let mut cmd = crate::cli::command();
     let mut services = Vec::new();
     if let Some((path, table)) = crate::config_file::load()? {
         cmd = crate::config_file::apply(cmd, &table, &path)?;

@@ -3,9 +3,77 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::model::ToolChoice;
+
+/// The options `-h` lists, by id, in every command that has them: what a user needs first.
+/// `--help` lists every option, under its heading.
+const SHORT_HELP: &[&str] = &[
+    "verbose",
+    "help",
+    "version",
+    // the model
+    "provider",
+    "model",
+    "base_url",
+    "small_model",
+    // the task and its verdict
+    "max_steps",
+    "test_cmd",
+    "strategy",
+    "approve",
+    // the sandbox and what it gets
+    "image",
+    "service",
+    "publish",
+    "setup",
+    "allow_host",
+    "model_gateway",
+    "secret",
+    // the project
+    "isolate",
+    "apply",
+    "env",
+    "read_only",
+    "interactive",
+    "tty",
+    // output
+    "json",
+    "trajectory",
+    "out",
+    // eval
+    "jobs",
+    "engines",
+    "tasks",
+    // doctor, gc, image build
+    "no_network",
+    "all",
+    "caches",
+    "offline",
+    "force",
+    "replay",
+];
+
+/// The command line as agentbox parses it: [`Cli`]'s definitions, with `-h` showing only
+/// [`SHORT_HELP`]'s options.
+pub fn command() -> clap::Command {
+    short_help(Cli::command())
+}
+
+fn short_help(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        if arg.is_positional() {
+            // Under "Arguments": the heading of a struct flattened before them would carry over.
+            arg.help_heading(None::<&str>)
+        } else if SHORT_HELP.contains(&arg.get_id().as_str()) {
+            arg
+        } else {
+            arg.hide_short_help(true)
+        }
+    })
+    .mut_subcommands(short_help)
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,6 +132,7 @@ pub enum EnvCommand {
 
 /// Sandbox settings shared by every command that starts one.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Sandbox")]
 pub struct SandboxArgs {
     /// Image the sandbox runs [default: chosen from the project's manifests (run, chat, eval,
     /// exec), else agentbox/python].
@@ -132,11 +201,11 @@ pub struct SandboxArgs {
     /// Start a server beside every sandbox, in its own network namespace, reachable on
     /// 127.0.0.1: postgres, redis or mariadb (agentbox's images, connection variables such as
     /// DATABASE_URL set), a [services.NAME] of the config file, or NAME=IMAGE. Repeatable.
-    #[arg(long, value_name = "NAME[=IMAGE]")]
+    #[arg(help_heading = "Services and ports", long, value_name = "NAME[=IMAGE]")]
     pub service: Vec<String>,
 
     /// Seconds a service may take to take connections before the session stops.
-    #[arg(long, value_name = "SECS", default_value_t = 60,
+    #[arg(help_heading = "Services and ports", long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub service_timeout: u64,
 
@@ -147,6 +216,7 @@ pub struct SandboxArgs {
 
 /// `--publish` (shell, run, chat, exec, mcp).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Services and ports")]
 pub struct PublishArgs {
     /// Forward this machine's 127.0.0.1:HOST_PORT to the sandbox's own 127.0.0.1:PORT
     /// (HOST_PORT: PORT if not given; 0 for any free port, printed). Repeat it for several. The
@@ -162,6 +232,7 @@ pub struct PublishArgs {
 
 /// `--model-gateway` and its settings (shell, exec, mcp).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Model gateway and secrets")]
 pub struct GatewayArgs {
     /// Give the sandbox a model endpoint on its own loopback (ANTHROPIC_BASE_URL,
     /// OPENAI_BASE_URL) with a per-run sentinel as the key: the host's gateway checks it, puts
@@ -234,15 +305,15 @@ pub struct ExecArgs {
     pub setup: SetupArgs,
 
     /// Forward stdin to the command.
-    #[arg(short, long)]
+    #[arg(help_heading = "Terminal", short, long)]
     pub interactive: bool,
 
     /// Give the command a terminal (with -i: the same as `agentbox shell PROJECT -- CMD`).
-    #[arg(short, long)]
+    #[arg(help_heading = "Terminal", short, long)]
     pub tty: bool,
 
     /// Bytes of output kept from the start and from the end of each stream.
-    #[arg(long, value_name = "SIZE", default_value = "1m")]
+    #[arg(help_heading = "Output", long, value_name = "SIZE", default_value = "1m")]
     pub output_limit: String,
 
     /// The project directory, mounted at /workspace.
@@ -268,21 +339,21 @@ pub struct ShellArgs {
     pub setup: SetupArgs,
 
     /// Mount the project read-only: look around without risk.
-    #[arg(long, conflicts_with = "isolate")]
+    #[arg(help_heading = "Workspace", long, conflicts_with = "isolate")]
     pub read_only: bool,
 
     /// Copy the project into the sandbox instead of mounting it: the project directory is not
     /// written; what changed comes out as a patch file.
-    #[arg(long)]
+    #[arg(help_heading = "Workspace", long)]
     pub isolate: bool,
 
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
-    #[arg(long, value_name = "FILE", requires = "isolate")]
+    #[arg(help_heading = "Workspace", long, value_name = "FILE", requires = "isolate")]
     pub patch: Option<PathBuf>,
 
     /// Seconds before the whole shell session is ended (no limit by default; --command-timeout
     /// does not apply to an interactive shell).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Sandbox", long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub session_timeout: Option<u64>,
 
     /// The project directory, mounted at /workspace.
@@ -309,24 +380,24 @@ pub struct McpArgs {
 
     /// The project's test command for `run_tests`; repeat it for several [default: detected
     /// from the project's root manifests].
-    #[arg(long, value_name = "CMD")]
+    #[arg(help_heading = "Verification", long, value_name = "CMD")]
     pub test_cmd: Vec<String>,
 
     /// No `bash` tool.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub no_shell: bool,
 
     /// edit_file refuses to change test files.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub protect_tests: bool,
 
     /// Copy the project into the sandbox instead of mounting it: the project directory is not
     /// written; at the end what changed is written as a patch file (its path on stderr).
-    #[arg(long)]
+    #[arg(help_heading = "Workspace", long)]
     pub isolate: bool,
 
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
-    #[arg(long, value_name = "FILE", requires = "isolate")]
+    #[arg(help_heading = "Workspace", long, value_name = "FILE", requires = "isolate")]
     pub patch: Option<PathBuf>,
 
     /// The project directory, mounted at /workspace.
@@ -342,15 +413,15 @@ pub struct DoctorArgs {
     pub trust: TrustArgs,
 
     /// A host setup may reach (as for `run`): TLS to it is checked too.
-    #[arg(long, value_name = "HOST[:PORT]")]
+    #[arg(help_heading = "Setup and network", long, value_name = "HOST[:PORT]")]
     pub allow_host: Vec<String>,
 
     /// Check only the --allow-host hosts, not the registries the image's package managers use.
-    #[arg(long)]
+    #[arg(help_heading = "Setup and network", long)]
     pub no_default_registries: bool,
 
     /// Skip the check that reaches the network (TLS to the registries, from a sandbox).
-    #[arg(long)]
+    #[arg(help_heading = "Setup and network", long)]
     pub no_network: bool,
 
     /// Also check this project directory (owner, .git) before you run agentbox on it.
@@ -428,6 +499,7 @@ pub enum ToolProtocol {
 
 /// Which model, and how to talk to it.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Model")]
 pub struct ModelArgs {
     /// Model provider [default: anthropic if ANTHROPIC_API_KEY is set, else openai if
     /// OPENAI_API_KEY or OPENAI_BASE_URL is set].
@@ -477,60 +549,61 @@ pub struct ModelArgs {
 /// Settings shared by `run`, `chat` and `demo`.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-
+    // The model's options first in `--help`, the sandbox's after them.
     #[command(flatten)]
     pub model: ModelArgs,
 
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
     /// Most model turns before the run stops (exit 3).
-    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = "Agent", long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: u32,
 
     /// The project's test command; repeat it for several (all must pass) [default: detected
     /// from the project's root manifests: cargo test, go test ./..., npm test, make test,
     /// pytest].
-    #[arg(long, value_name = "CMD")]
+    #[arg(help_heading = "Verification", long, value_name = "CMD")]
     pub test_cmd: Vec<String>,
 
     /// No `bash` tool: only list_files, read_file, edit_file, search and run_tests.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub no_shell: bool,
 
     /// Put the file list, the failing test output and the source files in the first message.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub prime: bool,
 
     /// edit_file refuses to change test files.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub protect_tests: bool,
 
     /// A tool call identical to an earlier one, with nothing changed since, is not run again.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub no_repeat: bool,
 
     /// With --no-repeat: when every call of a reply repeats an earlier one, ask the model
     /// again at --retry-temperature, up to N times, before answering "not run" [default: 0].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
+    #[arg(help_heading = "Agent", long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
     pub resample_repeats: Option<u32>,
 
     /// When the model says it is done but the tests fail, send it back with the failure, up to
     /// N times [default: 0].
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = "Verification", long, value_name = "N")]
     pub verify_finish: Option<u32>,
 
     /// If the tests still fail at the end, reset the project and start over, up to N attempts
     /// in all; later attempts use --retry-temperature [default: 1].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(help_heading = "Verification", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub attempts: Option<u32>,
 
     /// Temperature of the second and later attempts.
-    #[arg(long, value_name = "T", default_value_t = 0.7)]
+    #[arg(help_heading = "Verification", long, value_name = "T", default_value_t = 0.7)]
     pub retry_temperature: f32,
 
     /// Which edit tools the model gets: `exact` (edit_file), `whole` (write_file: the whole
     /// file), or `both` [default: exact; whole with --small-model].
-    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[arg(help_heading = "Agent", long, value_enum, value_name = "FORMAT")]
     pub edit_format: Option<crate::tools::EditFormat>,
 
     /// How the task is worked on: `loop` (the agent loop), `repair` (whole corrected files
@@ -538,24 +611,30 @@ pub struct AgentArgs {
     /// (repair, then the loop on what is left) [default: loop; auto with --small-model].
     /// Not for `chat`. `eval` takes several, comma-separated: each runs over every task, and
     /// the summary puts them side by side.
-    #[arg(long, value_enum, value_name = "STRATEGY", value_delimiter = ',')]
+    #[arg(
+        help_heading = "Strategy",
+        long,
+        value_enum,
+        value_name = "STRATEGY",
+        value_delimiter = ','
+    )]
     pub strategy: Vec<Strategy>,
 
     /// With --strategy repair or auto: candidate fixes asked for per round (the first at
     /// temperature 0 about every failure; the others each about one failing test, at
     /// --focus-temperature until each has had one, then at --retry-temperature).
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(help_heading = "Strategy", long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidates: u32,
 
     /// With --strategy repair or auto: the temperature of the candidates that are each about
     /// one failing test. At 0 a 1.5B model mostly gives the function back unchanged when it
     /// cannot see the bug; hotter, some of its samples change it.
-    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    #[arg(help_heading = "Strategy", long, value_name = "T", default_value_t = 0.0)]
     pub focus_temperature: f32,
 
     /// With --strategy repair or auto: candidate sandboxes tested at once (in eval, per task:
     /// up to --jobs times this many candidate sandboxes exist at once).
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(help_heading = "Strategy", long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub candidate_jobs: u32,
 
     /// With --strategy repair or auto: how the model returns its changes: `text` (each file's
@@ -563,27 +642,28 @@ pub struct AgentArgs {
     /// only the lines that change), or `tools` (write_file calls). A 1.5B model asked for
     /// tool calls wrote junk for content (the file's name) where, asked for text, it wrote the
     /// fixed file [default: text].
-    #[arg(long, value_enum, value_name = "FORMAT")]
+    #[arg(help_heading = "Strategy", long, value_enum, value_name = "FORMAT")]
     pub repair_reply: Option<RepairReply>,
 
     /// With --strategy repair or auto: rounds of candidates. When no candidate passes but the
     /// best one makes some failing tests pass and breaks none, the next round starts from it,
     /// with the tests that still fail (a round without such progress is the last).
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    #[arg(help_heading = "Strategy", long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
     pub repair_rounds: u32,
 
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
     /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3,
     /// --edit-format whole, --strategy auto (each can still be set otherwise).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub small_model: bool,
 
     #[command(flatten)]
     pub setup: SetupArgs,
 }
 
-/// The setup phase and its network (see README "Real projects").
+/// The setup phase and its network (see the book: docs/src/projects/setup.md).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Setup and network")]
 pub struct SetupArgs {
     /// A command that installs what the tests need, run before the agent's first turn in a
     /// container of its own whose only way out is the egress proxy; repeat it for several
@@ -625,8 +705,9 @@ pub struct SetupArgs {
 }
 
 /// Which certificate authorities the setup phase (and `--agent-network allowlist`) trusts,
-/// beyond the image's own (see README "Security model").
+/// beyond the image's own (see the book: docs/src/security/index.md).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Setup and network")]
 pub struct TrustArgs {
     /// A PEM file of CA certificates the setup phase trusts too (a proxy that re-signs TLS, a
     /// private registry's CA); repeat it for several. Only its certificates are passed in.
@@ -686,6 +767,7 @@ impl Strategy {
 /// Settings of one session watched by a person: `run`, `chat` and `demo` (not `eval`, which
 /// writes a trajectory per task and cannot ask anyone).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Output")]
 pub struct SessionArgs {
     /// Write every request, response, tool call and result to FILE as JSON lines (secrets
     /// redacted).
@@ -694,7 +776,7 @@ pub struct SessionArgs {
 
     /// Show each edit as a diff and each shell command, and ask before running it; "n" is sent
     /// to the model as a refusal.
-    #[arg(long)]
+    #[arg(help_heading = "Agent", long)]
     pub approve: bool,
 }
 
@@ -710,26 +792,26 @@ pub struct RunArgs {
     pub publish: PublishArgs,
 
     /// Print the final report as JSON on stdout (progress stays on stderr).
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub json: bool,
 
     /// Copy the project into the sandbox instead of mounting it: the project directory is not
     /// written during the run; the changes come out as a patch file.
-    #[arg(long)]
+    #[arg(help_heading = "Workspace", long)]
     pub isolate: bool,
 
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Workspace", long, value_name = "FILE")]
     pub patch: Option<PathBuf>,
 
     /// With --isolate (implied on a remote engine): apply the changes to the project
     /// afterwards, all or nothing, refusing if the project's files changed during the run.
-    #[arg(long)]
+    #[arg(help_heading = "Workspace", long)]
     pub apply: bool,
 
     /// Work in the named environment: an isolated copy of the project kept after the run
     /// (made on first use, resumed after). NAME: [a-z0-9][a-z0-9._-]*, at most 64 characters.
-    #[arg(long, value_name = "NAME")]
+    #[arg(help_heading = "Workspace", long, value_name = "NAME")]
     pub env: Option<String>,
 
     /// The project directory, mounted at /workspace.
@@ -764,16 +846,16 @@ pub struct DemoArgs {
     pub session: SessionArgs,
 
     /// Print the final report as JSON on stdout.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub json: bool,
 
     /// Put the example's copy here (kept afterwards) instead of a temporary directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Workspace", long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
     /// Replay the recorded script of model turns even when a model is configured (CI, or a
     /// machine that cannot take the local model's download).
-    #[arg(long)]
+    #[arg(help_heading = "Model", long)]
     pub replay: bool,
 }
 
@@ -787,7 +869,7 @@ pub struct EvalArgs {
     pub agent: AgentArgs,
 
     /// Tasks run at once [default: the number of CPUs].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(help_heading = "Evaluation", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub jobs: Option<u32>,
 
     /// Run the tasks on this Docker engine: `URL[=JOBS][,certs=DIR]` (repeatable), e.g.
@@ -795,32 +877,36 @@ pub struct EvalArgs {
     /// inside the word is not expanded by the shell). JOBS: its tasks at once [default: --jobs, else its CPU count]; certs: its TLS material (ca.pem,
     /// cert.pem, key.pem) [default for tcp://: DOCKER_TLS_VERIFY/DOCKER_CERT_PATH]. A task on
     /// an engine that dies goes to another.
-    #[arg(long = "engine", value_name = "URL[=JOBS][,certs=DIR]")]
+    #[arg(
+        help_heading = "Evaluation",
+        long = "engine",
+        value_name = "URL[=JOBS][,certs=DIR]"
+    )]
     pub engines: Vec<String>,
 
     /// Sandboxes made ready ahead of the running tasks, so the next task starts on a sandbox
     /// that exists already (0: make each one when its task starts) [default: as many as --jobs].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
+    #[arg(help_heading = "Evaluation", long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=256))]
     pub prepare_ahead: Option<u32>,
 
     /// Sandboxes kept started ahead of need (a warm pool), with the full policy and an empty
     /// workspace: a task takes the next one and its project is copied in. Up to N of each
     /// kind (image, user, limits, caches, services), within half the engine's memory; each
     /// used once; removed at the end (0: none; not with --engine).
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    #[arg(help_heading = "Evaluation", long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub pool: u32,
 
     /// Where results.jsonl, summary.md, report.html, diffs/ and trajectories/ go
     /// [default: eval-results/NAME-OF-TASKS_DIR].
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Output", long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
     /// Run every task again, even those with results.
-    #[arg(long)]
+    #[arg(help_heading = "Evaluation", long)]
     pub force: bool,
 
     /// Only this task (repeatable).
-    #[arg(long = "task", value_name = "NAME")]
+    #[arg(help_heading = "Evaluation", long = "task", value_name = "NAME")]
     pub tasks: Vec<String>,
 
     /// A directory of tasks: each subdirectory holds a project and its TASK.md.

@@ -8,6 +8,7 @@ pub mod output;
 pub mod agent;
 pub mod app;
 pub mod cli;
+pub mod cli_reference;
 pub mod commands;
 pub mod config;
 pub mod config_file;

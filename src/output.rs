@@ -429,7 +429,7 @@ impl Drop for LogWriter {
 
 /// The terminal handed to the sandbox on purpose (`shell`, `exec -it`): an interactive session
 /// whose programs draw the screen themselves, so their bytes go through as they are — what
-/// runs there can send the terminal escape sequences, as over ssh (README, "Security model").
+/// runs there can send the terminal escape sequences, as over ssh (the book: docs/src/security/index.md).
 #[allow(clippy::disallowed_methods, reason = "the sandbox's own terminal session")]
 pub fn terminal_for_the_sandbox() -> std::io::Stdout {
     std::io::stdout()

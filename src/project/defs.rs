@@ -8,7 +8,7 @@
 //! `interface`, `type`, `enum`, with `export`, `default` and `async`), and Go (`func`,
 //! methods as `Type.Name`, `type`, `const`, `var`). Other files have no definitions to lose.
 
-/// The languages [`top_level`] reads, for the README and error messages.
+/// The languages [`top_level`] reads, for the book (docs/src/commands/run.md) and error messages.
 pub const LANGUAGES: &str = "Python, Rust, JavaScript/TypeScript and Go";
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! "tests unchanged"), which ecosystems a project is and which commands run its tests
 //! ([`detect`]), and which image suits it.
 //!
-//! What counts as a test, per ecosystem (the README's "What counts as a test" says the same):
+//! What counts as a test, per ecosystem (the book's docs/src/projects/detection.md, "What counts as a test", says the same):
 //! - Python: `test_*.py`, `*_test.py`, `conftest.py`;
 //! - Go: `*_test.go`, and anything under `testdata/`;
 //! - JavaScript/TypeScript: `*.test.*` and `*.spec.*` (`js`, `ts`, `jsx`, `tsx`, `mjs`, `cjs`),

@@ -1,7 +1,7 @@
 //! Test configuration is test code: what decides which tests a test command runs and how it
 //! judges them can fake a verdict as surely as an edited test (`addopts = --collect-only` in a
 //! `pytest.ini` makes pytest run nothing and exit 0). The list, per ecosystem, in one place
-//! (the README's "What counts as a test" says the same):
+//! (the book's docs/src/projects/detection.md, "What counts as a test", says the same):
 //!
 //! - pytest: `pytest.ini`, `.pytest.ini`, `pytest.toml`, `.pytest.toml` (whole);
 //!   `pyproject.toml`'s `[tool.pytest]` (and `[tool.pytest.ini_options]` in it); `setup.cfg`'s

@@ -105,7 +105,7 @@ async fn a_fork_bomb_is_contained_and_the_next_call_works() {
     let took = started.elapsed();
     let (_, bomb, _) = run.result(0);
     if under_gvisor() {
-        // Known gap (README, "gVisor"): gVisor's kernel is host processes inside the pids
+        // Known gap (docs/src/engines/gvisor.md): gVisor's kernel is host processes inside the pids
         // limit; when the bomb reaches it, gVisor ends the whole sandbox. Still contained: the
         // run says so in those words and stops, no container is left (`finish`), the host
         // is fine.
@@ -148,7 +148,7 @@ async fn a_memory_hog_is_killed_and_reported_as_out_of_memory() {
     .await;
     let (_, hog, _) = run.result(0);
     if under_gvisor() {
-        // Known gap (README, "gVisor"): the host's OOM killer can only take gVisor's kernel,
+        // Known gap (docs/src/engines/gvisor.md): the host's OOM killer can only take gVisor's kernel,
         // a host process, so the whole sandbox stops. The limit held, and the run says so.
         assert!(
             hog.contains("ran out of memory (--memory) and gVisor (--runtime"),

@@ -48,7 +48,7 @@ async fn memory_backed_files_then_many_processes(per_call: bool) {
     .await;
     let (_, fill, _) = run.result(0);
     if under_gvisor() {
-        // Known gap (README, "gVisor"): the in-memory filesystems are gVisor's kernel's memory,
+        // Known gap (docs/src/engines/gvisor.md): the in-memory filesystems are gVisor's kernel's memory,
         // one host process the host's OOM killer takes whole. The limit held, the run says so
         // in those words and stops, and no container is left (`finish`).
         assert!(

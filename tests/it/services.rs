@@ -97,7 +97,7 @@ const CI: &str = "on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n    serv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tests_reach_postgres_on_the_sandboxs_loopback_and_nothing_else_is_reachable() {
     if crate::support::under_gvisor() {
-        return; // refused under gVisor, said in the README
+        return; // refused under gVisor, said in docs/src/engines/gvisor.md
     }
     let project = Project::new(&[("test_db.py", PG_TEST), (".github/workflows/ci.yml", CI)]);
     let path = project.path().to_str().unwrap();

@@ -1,7 +1,8 @@
 //! The containment policy, as one pure function from a spec to Docker's create request.
 //!
-//! Everything the README's security model promises is set here, so a unit test can read the
-//! request and an integration test can observe the result from inside the container.
+//! Everything the security model (docs/src/security/index.md) promises is set here, so a unit
+//! test can read the request and an integration test can observe the result from inside the
+//! container.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
