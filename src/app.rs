@@ -181,7 +181,7 @@ async fn dispatch(command: Command, cleanup: Cleanup) -> anyhow::Result<u8> {
         Command::Mcp(args) => crate::commands::mcp::run(args, cleanup).await,
         Command::Doctor(args) => crate::commands::doctor::run(args, cleanup).await,
         Command::Gc(args) => crate::commands::gc::run(args).await,
-        Command::Env(command) => crate::commands::env::run(command).await,
+        Command::Env(command) => crate::commands::env::run(command, &cleanup).await,
         Command::Image(cmd) => crate::commands::image::run(cmd, cleanup).await,
     }
 }

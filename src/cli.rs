@@ -128,6 +128,8 @@ pub enum EnvCommand {
     Show { name: String },
     /// Remove an environment: its volume and its record.
     Rm { name: String },
+    /// Copy an environment into a new one: its files (a volume copy), its record and log.
+    Fork { name: String, new: String },
 }
 
 /// Sandbox settings shared by every command that starts one.

@@ -119,6 +119,9 @@ pub struct EnvRecord {
     /// The model's messages so far, as the model client serialises them.
     pub conversation: serde_json::Value,
     pub turns: Vec<Turn>,
+    /// The environment this one was forked from (`env fork`), if any.
+    #[serde(default)]
+    pub forked_from: Option<EnvName>,
 }
 
 /// `envs/` under agentbox's data directory (`$AGENTBOX_DATA_DIR`, else
@@ -328,6 +331,7 @@ mod tests {
                 changed: vec!["a.py".into()],
                 at: 2,
             }],
+            forked_from: None,
         }
     }
 

@@ -14,7 +14,7 @@ fn when(secs: u64) -> String {
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
-pub async fn run(command: EnvCommand) -> anyhow::Result<u8> {
+pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyhow::Result<u8> {
     let base = envs_dir()?;
     match command {
         EnvCommand::List => {
@@ -84,6 +84,16 @@ pub async fn run(command: EnvCommand) -> anyhow::Result<u8> {
                 EnvRecord::remove(&base, &n)?;
             }
             outln!("removed environment {}", escaped(n.as_str()));
+        }
+        EnvCommand::Fork { name: from, new } => {
+            let (from, new) = (name(&from)?, name(&new)?);
+            let docker = crate::sandbox::connect_docker().await?;
+            crate::env_fork::fork(&docker, cleanup, &from, &new).await?;
+            outln!(
+                "forked environment {} into {}",
+                escaped(from.as_str()),
+                escaped(new.as_str())
+            );
         }
     }
     Ok(0)

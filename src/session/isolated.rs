@@ -541,6 +541,7 @@ pub(super) async fn open_isolated(
                 allow_hosts: Vec::new(),
                 conversation: serde_json::Value::Null,
                 turns: Vec::new(),
+                forked_from: None,
             }
             .save(base)
         });

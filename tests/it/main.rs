@@ -19,6 +19,7 @@ mod detect;
 mod egress;
 mod engine_podman;
 mod engine_remote;
+mod env_fork;
 mod envs;
 mod eval;
 mod faults;

@@ -12,6 +12,7 @@ mod connect;
 mod containers;
 mod docker;
 pub mod engine;
+pub mod env_copy;
 pub(crate) mod executor;
 mod flavor;
 pub mod fsop;
