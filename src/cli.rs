@@ -130,6 +130,9 @@ pub enum EnvCommand {
     Rm { name: String },
     /// Copy an environment into a new one: its files (a volume copy), its record and log.
     Fork { name: String, new: String },
+    /// Put an environment's files back as turn TURN left them (0: as created) and cut its log
+    /// after that turn.
+    Rewind { name: String, turn: usize },
 }
 
 /// Sandbox settings shared by every command that starts one.

@@ -55,7 +55,7 @@ pub async fn fork(
         forked_from: Some(from.clone()),
         ..source
     };
-    let written = write_host_side(&base, &record, &manifest);
+    let written = write_host_side(&base, from, &record, &manifest);
     if let Err(e) = written {
         let _ = std::fs::remove_dir_all(base.join(to.as_str()));
         let _ = docker
@@ -66,14 +66,16 @@ pub async fn fork(
     Ok(record)
 }
 
-/// The new environment's directory: its manifest, then its record last (a
+/// The new environment's directory: its manifest, its checkpoints, then its record last (a
 /// directory without a record is not an environment `env list` shows).
 fn write_host_side(
     base: &Path,
+    from: &EnvName,
     record: &EnvRecord,
     manifest: &crate::hostfs::isolate::Manifest,
 ) -> Result<(), EnvError> {
     save_manifest(base, &record.name, manifest)?;
+    crate::env_checkpoint::copy_checkpoints(base, from, &record.name)?;
     record.save(base)?;
     Ok(())
 }

@@ -150,7 +150,7 @@ pub fn manifest_path(base: &Path, name: &EnvName) -> PathBuf {
 
 /// Write `bytes` to `path` atomically (a temporary file in the same directory, flushed, then
 /// renamed over the old one), the directory created 0700.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
     let dir = path
         .parent()
         .ok_or_else(|| io("write", path)(std::io::ErrorKind::InvalidInput.into()))?;
@@ -178,7 +178,7 @@ pub fn load_manifest(base: &Path, name: &EnvName) -> Result<Manifest, EnvError> 
 }
 
 /// One of `name`'s JSON files: [`EnvError::NotFound`] when it is not there.
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path, name: &EnvName) -> Result<T, EnvError> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path, name: &EnvName) -> Result<T, EnvError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -85,6 +85,12 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
             }
             outln!("removed environment {}", escaped(n.as_str()));
         }
+        EnvCommand::Rewind { name: n, turn } => {
+            let n = name(&n)?;
+            let docker = crate::sandbox::connect_docker().await?;
+            crate::env_checkpoint::rewind(&docker, cleanup, &n, turn).await?;
+            outln!("environment {} is as turn {} left it", escaped(n.as_str()), turn);
+        }
         EnvCommand::Fork { name: from, new } => {
             let (from, new) = (name(&from)?, name(&new)?);
             let docker = crate::sandbox::connect_docker().await?;

@@ -92,6 +92,14 @@ impl Session {
             &set.skipped,
             isolate::readback::Limits::default(),
         ));
+        if let Some(name) = &iso.settings.env {
+            // What `env rewind` and `env merge --branch` need; without it the turn still counts.
+            if let Err(e) = crate::env_checkpoint::save_turn(name, &iso.manifest, &set, &iso.project) {
+                report
+                    .warnings
+                    .push(format!("no checkpoint kept for this turn: {e}"));
+            }
+        }
         let test_code = test_code_changes(iso, &set).await;
         let (set, counts) = write_patch(iso, set, report).await?;
         account(&set, &counts, report);

@@ -109,6 +109,13 @@ async fn fork_then_change_the_fork_and_the_original_is_untouched() {
     assert_eq!(forked["name"], b.as_str());
     assert_eq!(forked["turns"][0]["task"], "make it 42");
     assert!(data.path().join("envs").join(&b).join("manifest.json").exists());
+    assert!(
+        data.path()
+            .join("envs")
+            .join(&b)
+            .join("checkpoints/1.json")
+            .exists()
+    );
 
     // The fork has the first turn's edit (the sandbox user still owns it: it writes there).
     let second = bash_script(

@@ -20,6 +20,7 @@ mod egress;
 mod engine_podman;
 mod engine_remote;
 mod env_fork;
+mod env_rewind;
 mod envs;
 mod eval;
 mod faults;

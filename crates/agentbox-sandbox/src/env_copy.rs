@@ -157,6 +157,183 @@ pub async fn fork_env_volume(
     copied
 }
 
+/// Where a rewind's archive is unpacked in the restoring container (a scratch volume).
+const RESTORE: &str = "/restore";
+
+/// What the restoring container runs, as root with the copier's capabilities, in the
+/// environment's volume at `/workspace`; it reads three NUL-separated lists of agentbox's and a
+/// tree of agentbox's from `/restore` (see [`restore_env_volume`]):
+/// `dirs` (every directory to be, and every ancestor of a path to be touched, shallowest first:
+/// each made a real directory, whatever link or file the sandbox left in its place, so nothing
+/// removed or written next goes through a link), `remove` (removed whole, unless a link is on
+/// the way), `prune` (removed if empty), then `tree`'s files
+/// and links copied in and given to the owner of `/workspace`.
+const RESTORE_SCRIPT: &str = r#"set -eu
+cd /workspace
+owner=$(stat -c %u:%g /workspace)
+while IFS= read -r -d '' d; do
+  if [ -L "./$d" ] || { [ -e "./$d" ] && [ ! -d "./$d" ]; }; then rm -f -- "./$d"; fi
+  if [ ! -d "./$d" ]; then mkdir -- "./$d"; chown -h "$owner" -- "./$d"; fi
+done < /restore/dirs
+while IFS= read -r -d '' p; do
+  d=$(dirname -- "$p")
+  # Never through a link: only when the parent resolves to itself.
+  if [ "$(cd -P -- "./$d" 2>/dev/null && pwd)" = "$(cd -- "./$d" 2>/dev/null && pwd -L)" ]; then rm -rf -- "./$p"; fi
+done < /restore/remove
+while IFS= read -r -d '' d; do
+  if [ -d "./$d" ] && [ ! -L "./$d" ]; then rmdir -- "./$d" 2>/dev/null || true; fi
+done < /restore/prune
+cp -a --no-preserve=ownership /restore/tree/. /workspace/
+cd /restore/tree
+find . -mindepth 1 -print0 | (cd /workspace && xargs -0 -r chown -h "$owner" --)
+"#;
+
+/// What one rewind writes: into environment `env`'s volume `volume`, with `image`'s tools.
+pub struct VolumeRestore<'a> {
+    pub image: &'a str,
+    pub volume: &'a str,
+    pub env: &'a str,
+    pub session: &'a str,
+    pub runtime: Option<String>,
+}
+
+fn restorer_body(r: &VolumeRestore<'_>, scratch: &str, engine: &EngineInfo) -> ContainerCreateBody {
+    let labels = HashMap::from([
+        (SESSION_LABEL.to_string(), r.session.to_string()),
+        (PID_LABEL.to_string(), std::process::id().to_string()),
+        (HOST_LABEL.to_string(), super::gc::hostname()),
+    ]);
+    let mut body = locked_down(Helper {
+        image: r.image,
+        user: "0:0",
+        cmd: vec!["bash".into(), "-c".into(), RESTORE_SCRIPT.into()],
+        labels,
+        engine,
+        runtime: r.runtime.clone(),
+        max_file_bytes: Limits::default().max_file_bytes,
+    });
+    if let Some(hc) = body.host_config.as_mut() {
+        hc.cap_add = Some(vec!["CHOWN".into(), "FOWNER".into(), "DAC_OVERRIDE".into()]);
+        hc.mounts = Some(vec![
+            volume_mount(r.volume, super::WORKSPACE, false),
+            volume_mount(scratch, RESTORE, false),
+        ]);
+        hc.userns_mode = engine.userns_mode().map(String::from);
+    }
+    body
+}
+
+fn volume_mount(source: &str, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_string()),
+        source: Some(source.to_string()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Put `archive` (a tar of agentbox's making: `remove`, `dirs`, `tree/...`) into environment
+/// `env`'s volume: unpacked into a scratch volume through the archive API, then applied by a
+/// locked-down container running [`RESTORE_SCRIPT`]. The scratch volume and the container are
+/// registered with `cleanup` and removed whatever happens.
+pub async fn restore_env_volume(
+    docker: &Docker,
+    cleanup: &Cleanup,
+    r: VolumeRestore<'_>,
+    archive: &std::path::Path,
+) -> Result<(), SandboxError> {
+    use futures_util::StreamExt;
+    let found = docker
+        .inspect_volume(r.volume)
+        .await
+        .map_err(|e| SandboxError::docker("inspect volume", e))?;
+    if found.labels.get(ENV_LABEL).map(String::as_str) != Some(r.env) {
+        return Err(SandboxError::Other(format!(
+            "volume {} is not environment {}'s (its label does not say so)",
+            r.volume, r.env
+        )));
+    }
+    let scratch = format!("agentbox-{}-restore", r.session);
+    let labels = HashMap::from([
+        (SESSION_LABEL.to_string(), r.session.to_string()),
+        (PID_LABEL.to_string(), std::process::id().to_string()),
+        (HOST_LABEL.to_string(), super::gc::hostname()),
+    ]);
+    let registration = cleanup.register_creating(Resource::Creating {
+        docker: docker.clone(),
+        name: scratch.clone(),
+        volume: true,
+    })?;
+    let done = async {
+        docker
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(scratch.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| SandboxError::docker("create volume", e))?;
+        cleanup.replace(
+            &registration,
+            Resource::Volume {
+                docker: docker.clone(),
+                name: scratch.clone(),
+            },
+        );
+        let engine = super::flavor::info(docker).await;
+        let (id, restorer) = create_tracked(
+            docker,
+            cleanup,
+            &format!("agentbox-{}-rewind", r.session),
+            restorer_body(&r, &scratch, &engine),
+            "create the restoring container",
+            "0:0".into(),
+        )
+        .await?;
+        let result = async {
+            let file = tokio::fs::File::open(archive)
+                .await
+                .map_err(|e| SandboxError::Other(format!("cannot read the rewind's archive: {e}")))?;
+            let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+            let opts = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+                .path(RESTORE)
+                .build();
+            docker
+                .upload_to_container(&id, Some(opts), body)
+                .await
+                .map_err(|e| SandboxError::docker("copy the rewind's files in", e))?;
+            docker
+                .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+                .await
+                .map_err(|e| SandboxError::docker("start the restoring container", e))?;
+            let mut wait =
+                docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
+            match wait.next().await {
+                Some(Ok(w)) if w.status_code == 0 => Ok(()),
+                Some(Ok(w)) => Err(SandboxError::Other(format!(
+                    "rewinding the environment failed (status {})",
+                    w.status_code
+                ))),
+                Some(Err(e)) => Err(SandboxError::docker("wait for the restoring container", e)),
+                None => Err(SandboxError::Other("the restoring container vanished".into())),
+            }
+        }
+        .await;
+        super::api::remove_container(docker, &id).await;
+        cleanup.release(restorer);
+        result
+    }
+    .await;
+    super::api::remove_volume(docker, &scratch).await;
+    cleanup.release(registration);
+    done
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,14 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// git's blob id as bytes (see [`blob_id`]).
+pub fn blob_id_bytes(data: &[u8]) -> [u8; 20] {
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", data.len()).as_bytes());
+    h.update(data);
+    h.finalize().into()
+}
+
 /// git's blob id: sha1 of "blob <len>\0" and the bytes.
 pub(crate) fn blob_id(data: &[u8]) -> String {
     let mut h = Sha1::new();
