@@ -133,6 +133,15 @@ pub enum EnvCommand {
     /// Put an environment's files back as turn TURN left them (0: as created) and cut its log
     /// after that turn.
     Rewind { name: String, turn: usize },
+    /// Bring an environment's changes into the project's repository: with --branch, as a new
+    /// branch with a commit per turn (the working tree and index untouched, no hook run).
+    Merge {
+        name: String,
+        /// Create this branch, one commit per turn (message: the turn's task), on the commit
+        /// the environment was created from.
+        #[arg(long, value_name = "BRANCH")]
+        branch: Option<String>,
+    },
 }
 
 /// Sandbox settings shared by every command that starts one.

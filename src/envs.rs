@@ -122,6 +122,10 @@ pub struct EnvRecord {
     /// The environment this one was forked from (`env fork`), if any.
     #[serde(default)]
     pub forked_from: Option<EnvName>,
+    /// The commit the project's checkout was at when the environment was made (`env merge
+    /// --branch` starts there); `None` outside a git checkout.
+    #[serde(default)]
+    pub base: Option<crate::env_branch::GitBase>,
 }
 
 /// `envs/` under agentbox's data directory (`$AGENTBOX_DATA_DIR`, else
@@ -332,6 +336,7 @@ mod tests {
                 at: 2,
             }],
             forked_from: None,
+            base: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod commands;
 pub mod config;
 pub mod config_file;
 pub mod egress;
+pub mod env_branch;
 pub mod env_checkpoint;
 pub mod env_fork;
 pub mod envs;

@@ -91,6 +91,23 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
             crate::env_checkpoint::rewind(&docker, cleanup, &n, turn).await?;
             outln!("environment {} is as turn {} left it", escaped(n.as_str()), turn);
         }
+        EnvCommand::Merge { name: n, branch } => {
+            let n = name(&n)?;
+            let Some(branch) = branch else {
+                return Err(UsageError(
+                    "env merge needs --branch BRANCH (merging into the checkout is not built yet)".into(),
+                )
+                .into());
+            };
+            let record = EnvRecord::load(&base, &n)?;
+            let commits = crate::env_branch::merge_branch(&base, &record, &branch)?;
+            outln!(
+                "created branch {} with {} commits from environment {}",
+                escaped(&branch),
+                commits.len(),
+                escaped(n.as_str())
+            );
+        }
         EnvCommand::Fork { name: from, new } => {
             let (from, new) = (name(&from)?, name(&new)?);
             let docker = crate::sandbox::connect_docker().await?;

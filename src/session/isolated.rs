@@ -550,6 +550,7 @@ pub(super) async fn open_isolated(
                 conversation: serde_json::Value::Null,
                 turns: Vec::new(),
                 forked_from: None,
+                base: crate::env_branch::base_of(&root),
             }
             .save(base)
         });

@@ -32,8 +32,21 @@ pub(crate) fn run_env(
     project: &std::path::Path,
     task: &str,
 ) -> std::process::Output {
+    run_env_with(data, env, script, project, task, &[])
+}
+
+/// [`run_env`] with variables of its own (a git configuration).
+pub(crate) fn run_env_with(
+    data: &std::path::Path,
+    env: &str,
+    script: &str,
+    project: &std::path::Path,
+    task: &str,
+    vars: &[(&str, &str)],
+) -> std::process::Output {
     let mut cmd = agentbox();
-    cmd.env("AGENTBOX_DATA_DIR", data)
+    cmd.envs(vars.iter().copied())
+        .env("AGENTBOX_DATA_DIR", data)
         .args(["run", "--json", "--env", env, "--script", script])
         .arg(project)
         .arg(task)
@@ -44,8 +57,18 @@ pub(crate) fn run_env(
 
 /// `agentbox env ARGS...` with its own data directory.
 pub(crate) fn env_cmd(data: &std::path::Path, args: &[&str]) -> std::process::Output {
+    env_cmd_with(data, args, &[])
+}
+
+/// [`env_cmd`] with variables of its own.
+pub(crate) fn env_cmd_with(
+    data: &std::path::Path,
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> std::process::Output {
     let mut cmd = agentbox();
-    cmd.env("AGENTBOX_DATA_DIR", data)
+    cmd.envs(vars.iter().copied())
+        .env("AGENTBOX_DATA_DIR", data)
         .arg("env")
         .args(args)
         .stdin(std::process::Stdio::null());

@@ -19,6 +19,7 @@ mod detect;
 mod egress;
 mod engine_podman;
 mod engine_remote;
+mod env_branch;
 mod env_fork;
 mod env_rewind;
 mod envs;
