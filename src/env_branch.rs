@@ -13,20 +13,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde::{Deserialize, Serialize};
-
-use crate::envs::{EnvError, EnvName, EnvRecord};
+use crate::envs::{EnvError, EnvName, EnvRecord, GitBase};
 use crate::hostfs::isolate::{Entry, Manifest, RelPath};
-
-/// The commit an environment was created from, kept in its record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GitBase {
-    /// `HEAD` at creation.
-    pub head: String,
-    /// Tracked files differed from `HEAD` at creation: the branch then starts with a commit
-    /// "state at creation" holding them as they were copied in.
-    pub dirty: bool,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BranchError {

@@ -125,7 +125,17 @@ pub struct EnvRecord {
     /// The commit the project's checkout was at when the environment was made (`env merge
     /// --branch` starts there); `None` outside a git checkout.
     #[serde(default)]
-    pub base: Option<crate::env_branch::GitBase>,
+    pub base: Option<GitBase>,
+}
+
+/// The commit an environment was created from, kept in its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitBase {
+    /// `HEAD` at creation.
+    pub head: String,
+    /// Tracked files differed from `HEAD` at creation: the branch then starts with a commit
+    /// "state at creation" holding them as they were copied in.
+    pub dirty: bool,
 }
 
 /// `envs/` under agentbox's data directory (`$AGENTBOX_DATA_DIR`, else
