@@ -139,7 +139,15 @@ pub fn load(base: &Path, name: &EnvName, turn: usize) -> Result<Checkpoint, EnvE
     if turn == 0 {
         return Ok(Checkpoint::default());
     }
-    crate::envs::read_json(&checkpoint_path(base, name, turn), name)
+    let path = checkpoint_path(base, name, turn);
+    match crate::envs::read_json(&path, name) {
+        // Not "the environment does not exist": this turn's checkpoint is not there (a turn
+        // whose changes could not be read back, or logged before checkpoints were kept).
+        Err(EnvError::NotFound(_)) => Err(io("read the checkpoint", &path)(
+            std::io::ErrorKind::NotFound.into(),
+        )),
+        other => other,
+    }
 }
 
 /// The turns that have a checkpoint, in order.
@@ -431,6 +439,25 @@ mod tests {
 
     fn rel(s: &str) -> RelPath {
         RelPath::new(s.as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_naming_a_path_outside_is_refused_and_a_bad_blob_is_not_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = EnvName::parse("e").unwrap();
+        for bad in ["../x", "/etc/passwd", "a/../../x"] {
+            let json =
+                format!(r#"{{"changed":[{{"kind":"symlink","path":"{bad}","target":"t"}}],"deleted":[]}}"#);
+            crate::envs::write_atomic(&checkpoint_path(tmp.path(), &name, 1), json.as_bytes()).unwrap();
+            assert!(load(tmp.path(), &name, 1).is_err(), "{bad}");
+        }
+        let sum = keep_blob(tmp.path(), &name, b"good").unwrap();
+        assert_eq!(
+            blob(tmp.path(), &name, &sum, 4).unwrap().as_deref(),
+            Some(&b"good"[..])
+        );
+        std::fs::write(blob_path(tmp.path(), &name, &sum), b"evil").unwrap();
+        assert_eq!(blob(tmp.path(), &name, &sum, 4).unwrap(), None);
     }
 
     #[test]

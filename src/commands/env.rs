@@ -41,6 +41,20 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
                 escaped(r.project.display().to_string())
             );
             outln!("image {}, volume {}", escaped(&r.image), escaped(&r.volume));
+            if let Some(origin) = &r.forked_from {
+                outln!("forked from {}", escaped(origin.as_str()));
+            }
+            if let Some(b) = &r.base {
+                outln!(
+                    "made from commit {}{}",
+                    escaped(&b.head),
+                    if b.dirty {
+                        " (with uncommitted changes)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             for (i, t) in r.turns.iter().enumerate() {
                 outln!("turn {} ({}): {}", i + 1, escaped(when(t.at)), escaped(&t.task));
                 outln!("  verdict: {}", escaped(&t.verdict));

@@ -131,6 +131,8 @@ async fn fork_then_change_the_fork_and_the_original_is_untouched() {
     assert_eq!(forked["forked_from"], a.as_str());
     assert_eq!(forked["name"], b.as_str());
     assert_eq!(forked["turns"][0]["task"], "make it 42");
+    let show = text(&env_cmd(data.path(), &["show", &b]).stdout);
+    assert!(show.contains(&format!("forked from {a}")), "{show}");
     assert!(data.path().join("envs").join(&b).join("manifest.json").exists());
     assert!(
         data.path()
