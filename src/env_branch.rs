@@ -38,8 +38,11 @@ pub enum BranchError {
 
 fn git(project: &Path) -> Command {
     let mut cmd = Command::new("git");
+    // --no-optional-locks: `status` does not write the refreshed index back (the user's
+    // index is never written).
     cmd.arg("-C")
         .arg(project)
+        .arg("--no-optional-locks")
         .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"])
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
