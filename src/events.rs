@@ -172,6 +172,9 @@ pub struct Printer {
     status: StatusLine,
     /// The API key never reaches the terminal either, even echoed in a server's error message.
     redactor: Redactor,
+    /// The face prints the model's replies itself (`chat`'s `agent> ...` on stdout): the text
+    /// of a turn that ends the request is not said here too.
+    replies_shown_elsewhere: bool,
 }
 
 impl Printer {
@@ -179,6 +182,15 @@ impl Printer {
         Printer {
             status: StatusLine::stderr(),
             redactor,
+            replies_shown_elsewhere: false,
+        }
+    }
+
+    /// For a conversation (`chat`), which prints each reply in full on stdout.
+    pub fn for_conversation(redactor: Redactor) -> Self {
+        Printer {
+            replies_shown_elsewhere: true,
+            ..Printer::new(redactor)
         }
     }
 }
@@ -252,7 +264,13 @@ impl EventSink for Printer {
                     turn.usage.total_input(),
                     turn.usage.output_tokens
                 );
-                let text = turn.text();
+                // A reply (no tool call, not cut off) is the conversation's to print.
+                let reply = turn.tool_calls().is_empty() && turn.stop != StopReason::MaxTokens;
+                let text = if self.replies_shown_elsewhere && reply {
+                    String::new()
+                } else {
+                    turn.text()
+                };
                 for line in text.lines().filter(|l| !l.trim().is_empty()).take(6) {
                     let _ = writeln!(out, "  {}", one_line(line, 160));
                 }

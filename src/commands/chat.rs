@@ -18,7 +18,7 @@ use crate::model::{Block, Message, Role, ToolResult};
 use crate::output::escaped;
 use crate::report::exit;
 use crate::sandbox::Cleanup;
-use crate::session::{Session, baseline, event_sinks, run_tests_now};
+use crate::session::{Session, baseline, conversation_event_sinks, run_tests_now};
 
 const HELP: &str = "Type a request for the agent (a pasted block of lines is one request). Commands:\n  \
                     /diff   what changed since the session began\n  \
@@ -47,7 +47,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     let published = super::publish::Published::start(&args.publish)?;
     settings.published = published.forwards();
-    let events = event_sinks(&settings)?;
+    let events = conversation_event_sinks(&settings)?;
     let session = Session::open(&settings, &args.project, events.clone()).await?;
     if let Err(e) = published.announce(&session.sandbox).await {
         let _ = session.close().await;
@@ -168,9 +168,13 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         message: "chat ended; removing the sandbox".into(),
     });
     drop(published);
-    let warnings = session.close().await.map(|c| c.warnings).unwrap_or_default();
-    for w in warnings {
-        errln!("agentbox: WARNING: {}", crate::events::for_terminal(&w));
+    let check = session.close().await;
+    for w in check.iter().flat_map(|c| &c.warnings) {
+        errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+    }
+    // What changed over the whole conversation, as `shell` says it.
+    for line in super::summary::changes(&args.project, false, check.as_ref()) {
+        errln!("agentbox: {}", line);
     }
     Ok(code)
 }

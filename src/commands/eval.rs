@@ -85,7 +85,8 @@ async fn run_strategies(args: &EvalArgs, base: AgentSettings) -> anyhow::Result<
                 .collect(),
         });
     }
-    let (summary, table) = strategy::write_comparison(&root, &title, &sides)?;
+    let stamp = eval::stamp::Stamp::now(&base.model);
+    let (summary, table) = strategy::write_comparison(&root, &title, &stamp, &sides)?;
     outln!(
         "\n{}\nsummary: {}",
         for_terminal(&table),
@@ -144,8 +145,11 @@ async fn run_strategy(
         crate::output::escaped(out.root.display())
     );
     let out = Arc::new(out);
+    let model = base.model.clone();
     let ran = strategy::run(plan, &options, Arc::new(base), out.clone()).await?;
-    let totals = strategy::write_reports(title, tasks, &out, &ran)?;
+    // Stamped when written: the end of the run.
+    let stamp = eval::stamp::Stamp::now(&model);
+    let totals = strategy::write_reports(title, &stamp, tasks, &out, &ran)?;
     outln!(
         "{} of {} fixed ({} with changed tests, {} errors); median {:.1}s per task; this run: {} task(s) in {:.1}s",
         totals.fixed,

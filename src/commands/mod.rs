@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod publish;
 pub mod run;
 pub mod shell;
+pub mod summary;
 
 /// The environment `run` gives the agent, for a face that opens its sandbox itself (`exec`,
 /// `shell`, `mcp`): the setup phase (or its cache) with `args`' flags, quiet when there is

@@ -175,10 +175,11 @@ pub async fn interactive(
         }
     };
     match patch {
-        None => errln!(
-            "agentbox: {}",
-            summary(project, options.read_only, check.as_ref())
-        ),
+        None => {
+            for line in super::summary::changes(project, options.read_only, check.as_ref()) {
+                errln!("agentbox: {}", line);
+            }
+        }
         Some(Ok(p)) => {
             for w in &p.warnings {
                 errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
@@ -200,37 +201,6 @@ pub async fn interactive(
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
     Ok(code)
-}
-
-/// The one line said on leaving: what changed in the project, by the host's own scan.
-fn summary(
-    project: &Path,
-    read_only: bool,
-    check: Option<&crate::hostfs::hostscan::HostCheck>,
-) -> crate::output::Escaped {
-    let Some(check) = check else {
-        return crate::escaped!("sandbox removed");
-    };
-    let paths = &check.changes.paths;
-    let shown: Vec<String> = paths.iter().take(5).map(|p| p.display().to_string()).collect();
-    let more = if paths.len() > shown.len() || check.changes.incomplete {
-        ", ..."
-    } else {
-        ""
-    };
-    let project = crate::output::escaped(project.display());
-    match paths.len() {
-        0 if read_only => crate::escaped!("sandbox removed; {} was mounted read-only", project),
-        0 => crate::escaped!("sandbox removed; nothing changed in {}", project),
-        n => crate::escaped!(
-            "sandbox removed; {} path{} changed in {}: {}{}",
-            n,
-            if n == 1 { "" } else { "s" },
-            project,
-            crate::output::escaped(shown.join(", ")),
-            more
-        ),
-    }
 }
 
 enum Ended {

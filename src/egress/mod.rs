@@ -40,3 +40,60 @@ pub fn start(allowlist: Allowlist, limits: Limits, observer: Option<Observer>) -
     };
     Proxy::start(policy, limits, observer)
 }
+
+/// The refusals among `decisions`, each said once in the order first seen, with how many times
+/// it happened when more than once: a tool that retries (pip tries five times) is refused
+/// the same way each time, and the user needs the one line that says which host to allow.
+pub fn refusals(decisions: &[Decision]) -> Vec<String> {
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for reason in decisions
+        .iter()
+        .filter(|d| !d.allowed)
+        .filter_map(|d| d.reason.as_deref())
+    {
+        match seen.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((reason, 1)),
+        }
+    }
+    seen.into_iter()
+        .map(|(reason, n)| match n {
+            1 => reason.to_string(),
+            n => format!("{reason} ({n} times)"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(host: &str, allowed: bool, reason: Option<&str>) -> Decision {
+        Decision {
+            host: host.into(),
+            port: 443,
+            allowed,
+            method: "CONNECT".into(),
+            reason: reason.map(String::from),
+            address: None,
+            bytes_up: 0,
+            bytes_down: 0,
+        }
+    }
+
+    #[test]
+    fn a_refusal_repeated_by_retries_is_said_once_with_its_count() {
+        let a = "blocked a.example:443 — not in the allowlist; allow it with --allow-host a.example";
+        let b = "blocked b.example:443 — it does not resolve (no such host)";
+        let decisions = [
+            decision("a.example", false, Some(a)),
+            decision("pypi.org", true, None),
+            decision("a.example", false, Some(a)),
+            decision("b.example", false, Some(b)),
+            decision("a.example", false, Some(a)),
+            decision("a.example", false, Some(a)),
+        ];
+        assert_eq!(refusals(&decisions), [format!("{a} (4 times)"), b.to_string()]);
+        assert!(refusals(&decisions[1..2]).is_empty());
+    }
+}

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use maud::{Markup, PreEscaped, html};
 
+use super::stamp::Stamp;
 use super::{OutDir, TaskResult, Totals};
 use crate::events::{Recorded, Trajectory};
 use crate::model::Block;
@@ -271,7 +272,7 @@ li.result pre{background:#f6f8fa;border-left:3px solid #9aa5b1;padding:.3rem .5r
 /// `maud::DOCTYPE` is upper case; pages and tests here have always started with this one.
 const DOCTYPE: &str = "<!doctype html>";
 
-pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out: &OutDir) -> String {
+pub fn report(title: &str, stamp: &Stamp, results: &[TaskResult], t: &Totals, out: &OutDir) -> String {
     let rate = if t.tasks > 0 {
         100.0 * t.fixed as f64 / t.tasks as f64
     } else {
@@ -306,7 +307,7 @@ pub fn report(title: &str, model: &str, results: &[TaskResult], t: &Totals, out:
             }
             body {
                 h1 { "agentbox eval: " (title) }
-                p.muted { (model) " · fixed means agentbox's own final test run passed and no test file changed" }
+                p.muted { (stamp.line()) " · fixed means agentbox's own final test run passed and no test file changed" }
                 div.cards {
                     @for (label, value) in &cards {
                         div.card { span.muted { (label) } b { (value) } }
@@ -451,7 +452,11 @@ mod tests {
         let results = [result];
         let page = report(
             &hostile("title"),
-            &hostile("model-name"),
+            &Stamp {
+                written: "2026-12-05 02:40 UTC".into(),
+                model: hostile("model-name"),
+                version: "0.1.0".into(),
+            },
             &results,
             &super::super::totals(&results),
             &out,
@@ -515,7 +520,13 @@ mod tests {
             ..TaskResult::for_test("t")
         };
         let results = [result];
-        let page = report("x", "m", &results, &super::super::totals(&results), &out);
+        let page = report(
+            "x",
+            &Stamp::for_test(),
+            &results,
+            &super::super::totals(&results),
+            &out,
+        );
         assert!(page.contains("<td>step_limit</td>"), "{page}");
         assert!(page.contains("the step limit was reached after 20 step(s)"));
         assert!(page.contains("<summary>final test run: failed (exit 1) · <code>pytest -q</code></summary>"));

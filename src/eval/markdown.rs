@@ -5,6 +5,7 @@
 //! Markdown viewer renders inline HTML: such text goes in as escaped inline text or inside a
 //! code fence longer than any run of backticks in it, never as markup.
 
+use super::stamp::Stamp;
 use super::{TaskResult, Totals};
 
 /// `s` as inline Markdown text: the characters that could start markup (emphasis, links,
@@ -82,8 +83,12 @@ fn task_section(r: &TaskResult) -> String {
     s
 }
 
-pub fn summary(title: &str, results: &[TaskResult], t: &Totals) -> String {
-    let mut s = format!("# agentbox eval: {}\n\n", inline(title));
+pub fn summary(title: &str, stamp: &Stamp, results: &[TaskResult], t: &Totals) -> String {
+    let mut s = format!(
+        "# agentbox eval: {}\n\n{}\n\n",
+        inline(title),
+        inline(&stamp.line())
+    );
     let rate = if t.tasks > 0 {
         100.0 * t.fixed as f64 / t.tasks as f64
     } else {
@@ -179,7 +184,10 @@ mod tests {
         error.test_exit_code = None;
         error.test_output = String::new();
         let rs = [result(), error];
-        let md = summary("x", &rs, &super::super::totals(&rs));
+        let md = summary("x", &Stamp::for_test(), &rs, &super::super::totals(&rs));
+        assert!(md.starts_with(
+            "# agentbox eval: x\n\nwritten 2026-12-05 02:40 UTC by agentbox 0.1.0 · model: m (openai)\n\n**"
+        ), "{md}");
         assert!(
             md.contains(
                 "| e | no | — | no | 4 | 1/1 | — | 1.0 | error: the model API failed after 4 attempts |"
@@ -202,7 +210,12 @@ mod tests {
         r.test_command = Some("a ` b".into());
         r.test_output = "````\n</details><script>alert(1)</script>\n".into();
         let rs = [r];
-        let md = summary("x", &rs, &super::super::totals(&rs));
+        let stamp = Stamp {
+            model: "<img src=x onerror=alert(3)>".into(),
+            ..Stamp::for_test()
+        };
+        let md = summary("x", &stamp, &rs, &super::super::totals(&rs));
+        assert!(md.contains("model: \\<img src=x onerror=alert(3)\\>\n"), "{md}");
         // Outside the fences, markup characters are escaped.
         assert!(!md.contains(" <img") && !md.contains("|<img"), "{md}");
         assert!(

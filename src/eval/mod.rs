@@ -15,6 +15,7 @@ pub mod compare;
 pub mod engines;
 pub mod html;
 pub mod markdown;
+pub mod stamp;
 pub mod strategy;
 
 use std::collections::BTreeMap;

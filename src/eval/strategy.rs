@@ -463,7 +463,13 @@ async fn on_engines(
 
 /// Every task's result (this run's and earlier ones'), counted; the summary and the HTML
 /// report written into `out`.
-pub fn write_reports(title: &str, tasks: &[Task], out: &OutDir, ran: &Ran) -> Result<Totals, EvalError> {
+pub fn write_reports(
+    title: &str,
+    stamp: &super::stamp::Stamp,
+    tasks: &[Task],
+    out: &OutDir,
+    ran: &Ran,
+) -> Result<Totals, EvalError> {
     let all: Vec<TaskResult> = {
         let loaded = super::load_results(&out.results());
         tasks
@@ -472,19 +478,14 @@ pub fn write_reports(title: &str, tasks: &[Task], out: &OutDir, ran: &Ran) -> Re
             .collect()
     };
     let totals = super::totals(&all);
-    let model = all
-        .iter()
-        .map(|r| r.model.clone())
-        .find(|m| !m.is_empty())
-        .unwrap_or_default();
-    let mut summary = super::markdown::summary(title, &all, &totals);
+    let mut summary = super::markdown::summary(title, stamp, &all, &totals);
     if !ran.engine_rows.is_empty() {
         summary.push_str(&engines::markdown(&ran.engine_rows, &ran.retried));
     }
     std::fs::write(out.summary(), summary)?;
     std::fs::write(
         out.report(),
-        super::html::report(title, &model, &all, &totals, out),
+        super::html::report(title, stamp, &all, &totals, out),
     )?;
     Ok(totals)
 }
@@ -494,6 +495,7 @@ pub fn write_reports(title: &str, tasks: &[Task], out: &OutDir, ran: &Ran) -> Re
 pub fn write_comparison(
     root: &std::path::Path,
     title: &str,
+    stamp: &super::stamp::Stamp,
     sides: &[super::compare::Side],
 ) -> Result<(PathBuf, String), EvalError> {
     let table = super::compare::table(sides);
@@ -501,9 +503,10 @@ pub fn write_comparison(
     std::fs::write(
         &path,
         format!(
-            "# agentbox eval: {}, by strategy\n\nEach cell: fixed or not, wall seconds, tokens (in + out). \
+            "# agentbox eval: {}, by strategy\n\n{}\n\nEach cell: fixed or not, wall seconds, tokens (in + out). \
              Each strategy's own summary and report are in its directory.\n\n{table}",
-            super::markdown::inline(title)
+            super::markdown::inline(title),
+            super::markdown::inline(&stamp.line())
         ),
     )?;
     Ok((path, table))

@@ -57,6 +57,24 @@ pub fn skipped_dirs() -> impl Iterator<Item = &'static str> {
         .chain(OTHER_SKIPPED_DIRS.iter().copied())
 }
 
+/// Directories that tools fill on their own, said apart from the user's changes when a
+/// command ends: the caches, and the usual dependency and build-output directories.
+const TOOL_WRITTEN_DIRS: &[&str] = &[".cache", "node_modules", ".venv", "target"];
+
+/// The cache or build-output directory `path` (relative) lies in or is, by its first such
+/// component: `.pytest_cache` for `.pytest_cache/v/cache/nodeids`, `__pycache__` for
+/// `pkg/__pycache__/m.pyc`.
+pub fn tool_written_dir(path: &std::path::Path) -> Option<&str> {
+    path.components().find_map(|c| {
+        let name = c.as_os_str().to_str()?;
+        CACHE_DIRS
+            .iter()
+            .chain(TOOL_WRITTEN_DIRS)
+            .any(|d| *d == name)
+            .then_some(name)
+    })
+}
+
 /// A Python test module by pytest's default discovery rules, or its shared fixtures.
 pub(crate) fn is_python_test(name: &str) -> bool {
     (name.starts_with("test_") && name.ends_with(".py"))

@@ -22,7 +22,7 @@ pub mod trust;
 pub use error::SessionError;
 pub use isolated::{IsolatedCopy, PatchWritten};
 pub use open::{ensure_service_images, open_sandbox, open_spec};
-pub use setup::{ProjectPlan, choose_image, event_sinks, plan_project};
+pub use setup::{ProjectPlan, choose_image, conversation_event_sinks, event_sinks, plan_project};
 
 use crate::agent::{Agent, AgentConfig, Fatal, LoopResult, Stop};
 use crate::events::{Event, EventSink, Fanout};

@@ -18,8 +18,20 @@ use crate::tools::{ToolRegistry, ToolSettings};
 
 /// The progress printer, plus the trajectory file when asked for.
 pub fn event_sinks(settings: &AgentSettings) -> Result<Arc<Fanout>, SessionError> {
+    sinks_with(settings, Printer::new)
+}
+
+/// [`event_sinks`] for `chat`, which prints the model's replies itself.
+pub fn conversation_event_sinks(settings: &AgentSettings) -> Result<Arc<Fanout>, SessionError> {
+    sinks_with(settings, Printer::for_conversation)
+}
+
+fn sinks_with(
+    settings: &AgentSettings,
+    printer: fn(Redactor) -> Printer,
+) -> Result<Arc<Fanout>, SessionError> {
     let redactor = Redactor::new(settings.model.secrets());
-    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(Printer::new(redactor.clone()))];
+    let mut sinks: Vec<Box<dyn EventSink>> = vec![Box::new(printer(redactor.clone()))];
     if let Some(path) = &settings.trajectory {
         let writer = TrajectoryWriter::create(path, redactor).map_err(|source| SessionError::Io {
             what: "write the trajectory",

@@ -683,11 +683,7 @@ async fn run_commands(
         let seen = proxy.decisions().len();
         let (out, output) = run_logged(sandbox, events, command, command, left, &env).await?;
         if !out.success() {
-            let blocked: Vec<String> = proxy.decisions()[seen..]
-                .iter()
-                .filter(|d| !d.allowed)
-                .filter_map(|d| d.reason.clone())
-                .collect();
+            let blocked = crate::egress::refusals(&proxy.decisions()[seen..]);
             let status = if out.timed_out {
                 format!(
                     "the setup timeout ({}s, --setup-timeout): it and everything it started were killed",

@@ -594,6 +594,15 @@ async fn chat_keeps_one_sandbox_for_the_conversation() {
     assert!(stdout.contains("agent> Wrote the marker."), "{stdout}");
     assert!(stdout.contains("(no changes)"), "{stdout}");
     assert!(stdout.contains("agent> The marker is still there."), "{stdout}");
+    // Each reply once: on stdout, not again in the progress on stderr.
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("Wrote the marker."), "{stderr}");
+    assert!(!stderr.contains("The marker is still there."), "{stderr}");
+    // And, as after `shell`, what changed in the project.
+    assert!(
+        stderr.contains("agentbox: sandbox removed; 1 path changed in ") && stderr.contains(": library.py\n"),
+        "{stderr}"
+    );
     let log = std::fs::read_to_string(dir.path().join("t.jsonl")).unwrap();
     assert!(
         log.contains("\"content\":\"$ cat /tmp/marker\\nfirst\\nexit 0\""),

@@ -167,9 +167,34 @@ fn a_git_symlink_is_refused() {
 
 #[test]
 fn doctor_passes_here_and_explains_a_missing_daemon() {
-    let out = run(agentbox().args(["doctor", "--no-network"]));
+    let project = Project::new(&[("a.txt", "a\n")]);
+    let out = run(agentbox().args(["doctor", "--no-network"]).arg(project.path()));
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    // Which user is whose: the project's owner, and doctor's own scratch project's.
+    let (uid, gid, own) = if crate::support::is_root() {
+        (
+            crate::support::TEST_UID,
+            crate::support::TEST_UID,
+            "0:0".to_string(),
+        )
+    } else {
+        let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
+        (u, g, format!("{u}:{g}"))
+    };
+    let owned = format!(
+        "[ok  ] project: {} is owned by {uid}:{gid}: the sandbox's commands run as {uid}:{gid} on it",
+        project.path().display()
+    );
+    assert!(stdout.contains(&owned), "missing {owned:?} in:\n{stdout}");
+    let user = format!("[ok  ] user: the sandbox's commands run as the project's owner: {own} (");
+    assert!(stdout.contains(&user), "missing {user:?} in:\n{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "on doctor's scratch project, made by agentbox's own user ({own})"
+        )),
+        "{stdout}"
+    );
     for check in [
         "network: interfaces: lo",
         "capabilities: CapEff 0000000000000000",

@@ -107,7 +107,22 @@ async fn eval_counts_fixed_tasks_and_does_not_count_changed_tests() {
     let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
     assert!(summary.contains("**1 of 4 fixed (25%)**"), "{summary}");
     assert!(summary.contains("| cheats | no | pass | yes |"), "{summary}");
+    // Stamped: when (UTC), by which agentbox, and the model: here each task's own script.
+    let stamp = summary.lines().nth(2).unwrap_or_default();
+    let (written, rest) = stamp.split_at(stamp.find(" by ").unwrap_or(0));
+    assert!(
+        written.starts_with("written 20")
+            && written.ends_with(" UTC")
+            && written.len() == "written 2026-12-05 02:40 UTC".len(),
+        "{summary}"
+    );
+    let said = format!(
+        " by agentbox {} · model: scripted replay of each task's own script.json",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(rest, said, "{summary}");
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.contains(&format!("{written}{said}")), "{html}");
     assert!(
         html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("id=\"task-cheats\"")
     );

@@ -365,6 +365,15 @@ fn eval_results() -> Vec<TaskResult> {
     vec![fixed, step_limit, tests_changed, error]
 }
 
+/// A fixed stamp: the pages stay the same from one day and one version to the next.
+fn stamp() -> agentbox::eval::stamp::Stamp {
+    agentbox::eval::stamp::Stamp {
+        written: "2026-12-05 02:40 UTC".into(),
+        model: "claude-test (anthropic)".into(),
+        version: "0.1.0".into(),
+    }
+}
+
 fn eval_totals(results: &[TaskResult]) -> Totals {
     agentbox::eval::totals(results)
 }
@@ -372,7 +381,7 @@ fn eval_totals(results: &[TaskResult]) -> Totals {
 #[test]
 fn the_eval_summary_markdown() {
     let results = eval_results();
-    let md = agentbox::eval::markdown::summary("examples/tasks", &results, &eval_totals(&results));
+    let md = agentbox::eval::markdown::summary("examples/tasks", &stamp(), &results, &eval_totals(&results));
     insta::assert_snapshot!("eval_summary_md", md);
 }
 
@@ -429,13 +438,8 @@ fn the_eval_report_html() {
         command: "python3 -m pytest -q".into(),
     });
     drop(writer);
-    let page = agentbox::eval::html::report(
-        "examples/tasks",
-        "claude-test",
-        &results,
-        &eval_totals(&results),
-        &out,
-    );
+    let page =
+        agentbox::eval::html::report("examples/tasks", &stamp(), &results, &eval_totals(&results), &out);
     // The page is one line outside its `<pre>` blocks; one tag a line here, for a readable
     // diff. Its own line breaks become `⏎` first, so no change can hide behind the split.
     assert!(!page.contains('⏎'));

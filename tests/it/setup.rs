@@ -186,6 +186,35 @@ async fn a_python_project_installs_from_a_local_index_once_and_tests_offline() {
     assert!(caches_of(&project).await.is_empty());
 }
 
+/// A tool that retries a refused host (pip tries five times) gets the refusal said once in the
+/// final error, with its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_refused_on_every_retry_is_named_once_in_the_error() {
+    let project = python_project();
+    let fetch =
+        "python3 -c 'import urllib.request; urllib.request.urlopen(\"https://nowhere.test/\", timeout=20)'";
+    let setup = format!("for i in 1 2 3 4; do {fetch} 2>/dev/null; done; exit 1");
+    let run = hostile(
+        &project,
+        json!([done("never asked")]),
+        &["--setup", setup.as_str()],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    let error = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("agentbox: error: setup failed: "))
+        .unwrap_or_else(|| panic!("no setup error: {}", run.stderr));
+    let refusal = "blocked nowhere.test:443 — not in the allowlist; allow it with --allow-host nowhere.test";
+    assert!(
+        error.ends_with(&format!("; the egress proxy refused: {refusal} (4 times)")),
+        "{error}"
+    );
+    assert_eq!(error.matches(refusal).count(), 1, "{error}");
+    assert!(caches_of(&project).await.is_empty());
+}
+
 /// A failed setup stops the run with exit 4 and its output, and leaves no cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_or_endless_setup_stops_the_run_and_leaves_no_cache() {

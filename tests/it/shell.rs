@@ -73,12 +73,20 @@ async fn a_shell_on_a_terminal_behaves_like_one() {
     at = pty.wait_for("still-5", at);
     assert!(!pty.screen().contains("after-4"), "{}", pty.screen());
 
-    pty.type_keys("echo new > made.txt; exit 3\r");
+    // The file the user made is named first, not buried under what pytest writes.
+    pty.type_keys(
+        "mkdir -p .pytest_cache/v/cache && touch .pytest_cache/{a,b,c,d,e,f}; echo new > made.txt; exit 3\r",
+    );
     let _ = at;
     assert_eq!(pty.wait_exit(), 3, "{}", pty.screen());
     std::thread::sleep(Duration::from_millis(200));
     let screen = pty.screen();
-    assert!(screen.contains("made.txt"), "no summary of the change: {screen}");
+    assert!(
+        screen.contains("agentbox: sandbox removed; 1 path changed in ")
+            && screen
+                .contains(": made.txt\r\nagentbox: and 9 paths in caches and build output (.pytest_cache)"),
+        "no summary of the change: {screen}"
+    );
     assert_eq!(project.read("made.txt"), "new\n");
 
     // The terminal is as it was before agentbox made it raw.

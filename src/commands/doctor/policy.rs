@@ -201,7 +201,14 @@ fn check_confinement(
         (
             "user",
             Some(fact("uid").to_string()) == expect_uid && fact("uname") != "none",
-            format!("runs as {} ({})", fact("uid"), fact("uname")),
+            // Said of the scratch project, so it is not read as the user's project's (see
+            // `project:`) nor as the user agentbox or the engine runs as.
+            format!(
+                "the sandbox's commands run as the project's owner: {} ({}) on doctor's scratch project, made by agentbox's own user ({})",
+                fact("uid"),
+                fact("uname"),
+                expect_uid.as_deref().unwrap_or("unknown")
+            ),
             "commands must run as the project's owner, who must have a name (/etc/passwd)",
         ),
         (

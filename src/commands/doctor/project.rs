@@ -26,7 +26,10 @@ pub(super) fn check_project(project: &Path, r: &mut Report) {
                 r.line(
                     Level::Ok,
                     "project",
-                    format!("{}: commands run as {uid}:{gid}", project.display()),
+                    format!(
+                        "{} is owned by {uid}:{gid}: the sandbox's commands run as {uid}:{gid} on it",
+                        project.display()
+                    ),
                     None,
                 );
             }
