@@ -38,6 +38,8 @@ pub enum EnvError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path} is larger than {max} bytes: not read")]
+    TooLarge { path: String, max: u64 },
     #[error("environment record {path}: {source}")]
     Record {
         path: String,
@@ -159,6 +161,54 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
     Ok(())
 }
 
+/// The most a kept conversation may weigh when read back.
+pub const MAX_CONVERSATION_BYTES: u64 = 64 << 20;
+
+/// The conversation's file, beside the record (kept apart: `env list` reads every record).
+pub fn conversation_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("conversation.json")
+}
+
+/// Keep `name`'s conversation (0600, replaced whole by `rename(2)`).
+pub fn save_conversation(
+    base: &Path,
+    name: &EnvName,
+    messages: &[crate::model::Message],
+) -> Result<(), EnvError> {
+    let path = conversation_path(base, name);
+    let json = serde_json::to_vec(messages).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })?;
+    write_atomic(&path, &json)
+}
+
+/// `name`'s conversation so far, read as data: bounded, and messages or nothing (empty when
+/// none was kept yet).
+pub fn load_conversation(base: &Path, name: &EnvName) -> Result<Vec<crate::model::Message>, EnvError> {
+    use std::io::Read;
+    let path = conversation_path(base, name);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_CONVERSATION_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read", &path))?;
+    if bytes.len() as u64 > MAX_CONVERSATION_BYTES {
+        return Err(EnvError::TooLarge {
+            path: path.display().to_string(),
+            max: MAX_CONVERSATION_BYTES,
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// Keep what was copied into `name`'s volume (what its patch and merge are computed against).
 pub fn save_manifest(base: &Path, name: &EnvName, manifest: &Manifest) -> Result<(), EnvError> {
     let path = manifest_path(base, name);
@@ -262,16 +312,27 @@ pub fn now() -> u64 {
 
 /// After a `run --env` turn: its task, verdict and changed files in the log.
 pub fn record_turn(name: &EnvName, task: &str, report: &crate::report::Report) -> Result<(), EnvError> {
-    let base = envs_dir()?;
-    let mut record = EnvRecord::load(&base, name)?;
     let verdict = serde_json::to_value(report.outcome)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
+    let changed = report.changed_files.iter().map(|c| c.path.clone()).collect();
+    record_turn_as(name, task, verdict, changed)
+}
+
+/// A turn in `name`'s log, whatever its end (an error's message is its verdict).
+pub fn record_turn_as(
+    name: &EnvName,
+    task: &str,
+    verdict: String,
+    changed: Vec<String>,
+) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
     record.turns.push(Turn {
         task: task.to_string(),
         verdict,
-        changed: report.changed_files.iter().map(|c| c.path.clone()).collect(),
+        changed,
         at: now(),
     });
     record.last_used = now();
@@ -366,6 +427,27 @@ mod tests {
         );
         save_manifest(&base, &r.name, &m).unwrap();
         assert_eq!(load_manifest(&base, &r.name).unwrap().entries, m.entries);
+        let said = vec![crate::model::Message::user_text("fix it".to_string())];
+        save_conversation(&base, &r.name, &said).unwrap();
+        let conv = conversation_path(&base, &r.name);
+        assert_eq!(
+            std::fs::metadata(&conv).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(load_conversation(&base, &r.name).unwrap(), said);
+        std::fs::write(&conv, b"{\"not\": \"messages\"}").unwrap();
+        assert!(matches!(
+            load_conversation(&base, &r.name),
+            Err(EnvError::Record { .. })
+        ));
+        std::fs::File::create(&conv)
+            .unwrap()
+            .set_len(MAX_CONVERSATION_BYTES + 1)
+            .unwrap();
+        assert!(matches!(
+            load_conversation(&base, &r.name),
+            Err(EnvError::TooLarge { .. })
+        ));
         EnvRecord::remove(&base, &r.name).unwrap();
         assert!(matches!(
             load_manifest(&base, &r.name),

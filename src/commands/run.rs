@@ -64,6 +64,35 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     Ok(report.exit_code)
 }
 
+/// An environment's conversation after a turn, whatever its end: the next `run --env`
+/// continues from here.
+fn keep_conversation(settings: &AgentSettings, session: &Session, task: &str) {
+    let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) else {
+        return;
+    };
+    let kept = crate::envs::envs_dir()
+        .and_then(|base| crate::envs::save_conversation(&base, name, &session.conversation(task)));
+    if let Err(e) = kept {
+        session.events.emit(&Event::Note {
+            message: format!("WARNING: the conversation was not kept: {e}"),
+        });
+    }
+}
+
+/// A turn of an environment that failed once its session was open: in the log all the same,
+/// its error as its verdict.
+fn keep_failed_turn(settings: &AgentSettings, session: &Session, task: &str, error: &dyn std::fmt::Display) {
+    let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) else {
+        return;
+    };
+    keep_conversation(settings, session, task);
+    if let Err(e) = crate::envs::record_turn_as(name, task, format!("error: {error}"), Vec::new()) {
+        session.events.emit(&Event::Note {
+            message: format!("WARNING: the turn was not recorded: {e}"),
+        });
+    }
+}
+
 /// Open a session on `project`, let the model work on `task`, check, report, clean up.
 pub async fn run_task(
     settings: &AgentSettings,
@@ -88,10 +117,12 @@ pub async fn run_task(
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
     if let Err(e) = published.announce(&session.sandbox).await {
+        keep_failed_turn(settings, &session, task, &e);
         let _ = session.close().await;
         return Err(e.into());
     }
     if let Err(e) = session.tests_before(project).await {
+        keep_failed_turn(settings, &session, task, &e);
         // The project's own tests ran: the host's check of the project still comes first.
         if let Some(check) = session.close().await {
             for w in check.warnings {
@@ -103,6 +134,7 @@ pub async fn run_task(
         return Err(e.into());
     }
     let work = crate::repair::work(&session, settings, project, task).await;
+    keep_conversation(settings, &session, task);
     let mut report = session.report(&work.result).await;
     report.attempts = work.attempts;
     if settings.strategy != crate::cli::Strategy::Loop {

@@ -266,3 +266,110 @@ async fn a_volume_without_its_record_is_refused_then_removed() {
     assert!(rm.status.success(), "{}", text(&rm.stderr));
     assert!(gone, "env rm left the volume");
 }
+
+/// `run --env` against the scripted model server, without blocking the runtime it lives on.
+async fn run_env_with_server(
+    data: &std::path::Path,
+    env: &str,
+    server: &crate::support::model_server::ModelServer,
+    project: &std::path::Path,
+    task: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("AGENTBOX_PROVIDER")
+        .env_remove("AGENTBOX_MODEL")
+        .env("AGENTBOX_CONFIG", "")
+        .env("ANTHROPIC_API_KEY", "sk-test-env-resume")
+        .env("AGENTBOX_DATA_DIR", data)
+        .args([
+            "run",
+            "--json",
+            "--env",
+            env,
+            "--base-url",
+            &server.anthropic_url(),
+        ])
+        .arg(project)
+        .arg(task)
+        .current_dir(data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("spawn agentbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_continues_the_conversation() {
+    use crate::support::model_server::{ModelServer, Reply, anthropic_turn};
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "def answer():\n    return 41\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-conv-{}", uuid::Uuid::new_v4().simple());
+    let server = ModelServer::start(vec![
+        Reply::ok(anthropic_turn(
+            "",
+            &[(
+                "edit_file",
+                serde_json::json!({"path": "app.py", "old": "return 41", "new": "return 42"}),
+            )],
+        )),
+        Reply::ok(anthropic_turn("first turn over: it returns 42", &[])),
+        Reply::ok(anthropic_turn("second turn over", &[])),
+        // The third turn's model fails: the turn is still kept.
+        Reply::status(
+            400,
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}),
+        ),
+    ])
+    .await;
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "make it 42").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let conversation = data.path().join("envs").join(&env).join("conversation.json");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&conversation)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "now explain").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{}", text(&out.stderr));
+    let second = requests[2].body["messages"].to_string();
+    for said in [
+        "make it 42",
+        "return 42",
+        "first turn over: it returns 42",
+        "now explain",
+    ] {
+        assert!(second.contains(said), "{said} not in {second}");
+    }
+    assert!(second.find("make it 42") < second.find("now explain"), "{second}");
+
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "third try").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let kept = std::fs::read_to_string(&conversation).unwrap();
+    assert!(
+        kept.contains("second turn over") && kept.contains("third try"),
+        "{kept}"
+    );
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["turns"].as_array().map(Vec::len), Some(3), "{record}");
+
+    docker
+        .remove_volume(
+            &format!("agentbox-env-{env}"),
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+}
