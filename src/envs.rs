@@ -118,6 +118,9 @@ pub struct EnvRecord {
     /// The flags a resume does not widen unless they are given again.
     pub network: bool,
     pub allow_hosts: Vec<String>,
+    /// `--setup` commands it was made with.
+    #[serde(default)]
+    pub setup: Vec<String>,
     /// The model's messages so far, as the model client serialises them.
     pub conversation: serde_json::Value,
     pub turns: Vec<Turn>,
@@ -302,6 +305,51 @@ impl EnvRecord {
     }
 }
 
+/// The flags an environment was made with (`--agent-network allowlist`, `--allow-host`,
+/// `--setup`): what a resumed run gets unless it gives them again.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Flags {
+    pub agent_network: bool,
+    pub allow_hosts: Vec<String>,
+    pub setup: Vec<String>,
+}
+
+impl Flags {
+    pub fn of(record: &EnvRecord) -> Flags {
+        Flags {
+            agent_network: record.network,
+            allow_hosts: record.allow_hosts.clone(),
+            setup: record.setup.clone(),
+        }
+    }
+
+    /// What `given` adds to these, as flags (empty: nothing wider).
+    pub fn widened_by(&self, given: &Flags) -> Vec<String> {
+        let mut wider = Vec::new();
+        if given.agent_network && !self.agent_network {
+            wider.push("--agent-network allowlist".to_string());
+        }
+        for h in given.allow_hosts.iter().filter(|h| !self.allow_hosts.contains(h)) {
+            wider.push(format!("--allow-host {h}"));
+        }
+        for c in given.setup.iter().filter(|c| !self.setup.contains(c)) {
+            wider.push(format!("--setup {c:?}"));
+        }
+        wider
+    }
+}
+
+/// Keep the flags a new environment was made with.
+pub fn record_flags(name: &EnvName, flags: &Flags) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
+    record.network = flags.agent_network;
+    record.allow_hosts = flags.allow_hosts.clone();
+    record.setup = flags.setup.clone();
+    record.save(&base)?;
+    Ok(())
+}
+
 /// Seconds since the epoch.
 pub fn now() -> u64 {
     std::time::SystemTime::now()
@@ -367,6 +415,26 @@ mod tests {
     }
 
     #[test]
+    fn flags_wider_than_the_kept_ones() {
+        let kept = Flags {
+            agent_network: false,
+            allow_hosts: vec!["a.example".into()],
+            setup: vec!["make".into()],
+        };
+        assert!(kept.widened_by(&kept).is_empty());
+        assert!(kept.widened_by(&Flags::default()).is_empty());
+        let given = Flags {
+            agent_network: true,
+            allow_hosts: vec!["a.example".into(), "b.example".into()],
+            setup: vec!["make".into()],
+        };
+        assert_eq!(
+            kept.widened_by(&given),
+            ["--agent-network allowlist", "--allow-host b.example"]
+        );
+    }
+
+    #[test]
     fn a_bad_name_in_a_record_is_refused() {
         let json = r#""../x""#;
         assert!(serde_json::from_str::<EnvName>(json).is_err());
@@ -382,6 +450,7 @@ mod tests {
             image: "agentbox/python:3.12".into(),
             network: false,
             allow_hosts: vec![],
+            setup: vec![],
             conversation: serde_json::json!([{"role": "user", "content": "hi"}]),
             turns: vec![Turn {
                 task: "t".into(),

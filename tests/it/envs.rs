@@ -373,3 +373,61 @@ async fn a_resumed_run_continues_the_conversation() {
         .await
         .unwrap();
 }
+
+#[test]
+fn a_resumed_run_keeps_its_flags_and_widens_them_only_when_asked() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-flags-{}", uuid::Uuid::new_v4().simple());
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let run_with = |flags: &[&str]| {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["run", "--json", "--env", &env, "--script", &done])
+            .args(flags)
+            .arg(project.path())
+            .arg("look")
+            .current_dir(data.path())
+            .stdin(std::process::Stdio::null());
+        run(&mut cmd)
+    };
+    let out = run_with(&["--allow-host", "pypi.example"]);
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    let kept = record["allow_hosts"].to_string();
+    assert!(kept.contains("pypi.example"), "{record}");
+
+    // Not given again: the kept ones, said; nothing widened.
+    let out = run_with(&[]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("resumes with the flags it was made with: --allow-host pypi.example"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WARNING: environment"), "{stderr}");
+
+    // Wider ones given: they are used, said once, loudly.
+    let out = run_with(&["--allow-host", "other.example"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("WARNING: environment").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("was made without --allow-host other.example"),
+        "{stderr}"
+    );
+    // The environment keeps what it was made with.
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["allow_hosts"].to_string(), kept);
+    let mut rm = agentbox();
+    rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
+    assert_eq!(run(&mut rm).status.code(), Some(0));
+}
