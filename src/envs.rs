@@ -38,6 +38,8 @@ pub enum EnvError {
         #[source]
         source: std::io::Error,
     },
+    #[error("environment {0} is in use: another `run --env {0}` holds its lock; wait for it to end")]
+    Busy(String),
     #[error("{path} is larger than {max} bytes: not read")]
     TooLarge { path: String, max: u64 },
     #[error("environment record {path}: {source}")]
@@ -305,6 +307,40 @@ impl EnvRecord {
     }
 }
 
+/// The lock file of `name`, in its directory.
+pub fn lock_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("lock")
+}
+
+/// Held while a run works on an environment: an advisory `flock(2)`, so the kernel lets go of
+/// it when the process ends however it ends (a killed run's lock does not block the next).
+#[derive(Debug)]
+pub struct EnvLock {
+    _file: std::fs::File,
+}
+
+/// Take `name`'s lock, or [`EnvError::Busy`] when another process holds it.
+pub fn lock(base: &Path, name: &EnvName) -> Result<EnvLock, EnvError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = lock_path(base, name);
+    if let Some(dir) = path.parent() {
+        private_dir(dir)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(io("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(EnvLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(EnvError::Busy(name.to_string())),
+        Err(std::fs::TryLockError::Error(e)) => Err(io("lock", &path)(e)),
+    }
+}
+
 /// The flags an environment was made with (`--agent-network allowlist`, `--allow-host`,
 /// `--setup`): what a resumed run gets unless it gives them again.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -412,6 +448,18 @@ mod tests {
         ] {
             assert!(EnvName::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn one_lock_at_a_time_and_none_left_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = EnvName::parse("one").unwrap();
+        let held = lock(tmp.path(), &name).unwrap();
+        assert!(matches!(lock(tmp.path(), &name), Err(EnvError::Busy(_))));
+        drop(held);
+        // The file is still there, unlocked: it does not block.
+        assert!(lock_path(tmp.path(), &name).exists());
+        lock(tmp.path(), &name).unwrap();
     }
 
     #[test]

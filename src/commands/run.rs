@@ -50,8 +50,13 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             env: Some(name),
         });
     }
+    // Held until this run is over (dropped on return).
+    let mut _env_lock = None;
     let made_here = match settings.isolate.as_ref().and_then(|i| i.env.clone()) {
-        Some(name) => keep_env_flags(&mut settings, &name)?,
+        Some(name) => {
+            _env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
+            keep_env_flags(&mut settings, &name)?
+        }
         None => false,
     };
     let task = if args.task.is_empty() {

@@ -431,3 +431,46 @@ fn a_resumed_run_keeps_its_flags_and_widens_them_only_when_asked() {
     rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
     assert_eq!(run(&mut rm).status.code(), Some(0));
 }
+
+#[test]
+fn a_second_run_of_an_environment_is_refused_while_its_lock_is_held() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-lock-{}", uuid::Uuid::new_v4().simple());
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let run_once = || {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["run", "--json", "--env", &env, "--script", &done])
+            .arg(project.path())
+            .arg("look")
+            .current_dir(data.path())
+            .stdin(std::process::Stdio::null());
+        run(&mut cmd)
+    };
+    // Held the way a running `run --env` holds it: flock on the lock file.
+    let dir = data.path().join("envs").join(&env);
+    std::fs::create_dir_all(&dir).unwrap();
+    let held = std::fs::File::create(dir.join("lock")).unwrap();
+    held.try_lock().unwrap();
+    let out = run_once();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("is in use"), "{stderr}");
+    assert!(
+        !dir.join("record.json").exists(),
+        "refused before anything is made"
+    );
+
+    // Let go (as the kernel does for a killed process): the file left behind does not block.
+    drop(held);
+    let out = run_once();
+    assert!(dir.join("record.json").exists(), "{}", text(&out.stderr));
+    let mut rm = agentbox();
+    rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
+    assert_eq!(run(&mut rm).status.code(), Some(0));
+}
