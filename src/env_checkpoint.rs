@@ -412,6 +412,8 @@ pub async fn rewind(
     if turn < record.turns.len() {
         record.turns.truncate(turn);
         record.conversation = serde_json::Value::Null;
+        // The kept conversation speaks of turns that are gone: the next run starts afresh.
+        crate::envs::save_conversation(&base, name, &[])?;
     }
     record.last_used = crate::envs::now();
     record.save(&base)?;

@@ -76,6 +76,8 @@ fn write_host_side(
 ) -> Result<(), EnvError> {
     save_manifest(base, &record.name, manifest)?;
     crate::env_checkpoint::copy_checkpoints(base, from, &record.name)?;
+    let conversation = crate::envs::load_conversation(base, from)?;
+    crate::envs::save_conversation(base, &record.name, &conversation)?;
     record.save(base)?;
     Ok(())
 }

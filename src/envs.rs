@@ -38,6 +38,10 @@ pub enum EnvError {
         #[source]
         source: std::io::Error,
     },
+    #[error("environment {0} is in use: another `run --env {0}` holds its lock; wait for it to end")]
+    Busy(String),
+    #[error("{path} is larger than {max} bytes: not read")]
+    TooLarge { path: String, max: u64 },
     #[error("environment record {path}: {source}")]
     Record {
         path: String,
@@ -116,6 +120,9 @@ pub struct EnvRecord {
     /// The flags a resume does not widen unless they are given again.
     pub network: bool,
     pub allow_hosts: Vec<String>,
+    /// `--setup` commands it was made with.
+    #[serde(default)]
+    pub setup: Vec<String>,
     /// The model's messages so far, as the model client serialises them.
     pub conversation: serde_json::Value,
     pub turns: Vec<Turn>,
@@ -174,6 +181,54 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EnvError> {
     tmp.as_file().sync_all().map_err(io("sync", tmp.path()))?;
     tmp.persist(path).map_err(|e| io("replace", path)(e.error))?;
     Ok(())
+}
+
+/// The most a kept conversation may weigh when read back.
+pub const MAX_CONVERSATION_BYTES: u64 = 64 << 20;
+
+/// The conversation's file, beside the record (kept apart: `env list` reads every record).
+pub fn conversation_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("conversation.json")
+}
+
+/// Keep `name`'s conversation (0600, replaced whole by `rename(2)`).
+pub fn save_conversation(
+    base: &Path,
+    name: &EnvName,
+    messages: &[crate::model::Message],
+) -> Result<(), EnvError> {
+    let path = conversation_path(base, name);
+    let json = serde_json::to_vec(messages).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })?;
+    write_atomic(&path, &json)
+}
+
+/// `name`'s conversation so far, read as data: bounded, and messages or nothing (empty when
+/// none was kept yet).
+pub fn load_conversation(base: &Path, name: &EnvName) -> Result<Vec<crate::model::Message>, EnvError> {
+    use std::io::Read;
+    let path = conversation_path(base, name);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_CONVERSATION_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read", &path))?;
+    if bytes.len() as u64 > MAX_CONVERSATION_BYTES {
+        return Err(EnvError::TooLarge {
+            path: path.display().to_string(),
+            max: MAX_CONVERSATION_BYTES,
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|source| EnvError::Record {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Keep what was copied into `name`'s volume (what its patch and merge are computed against).
@@ -269,6 +324,85 @@ impl EnvRecord {
     }
 }
 
+/// The lock file of `name`, in its directory.
+pub fn lock_path(base: &Path, name: &EnvName) -> PathBuf {
+    base.join(name.as_str()).join("lock")
+}
+
+/// Held while a run works on an environment: an advisory `flock(2)`, so the kernel lets go of
+/// it when the process ends however it ends (a killed run's lock does not block the next).
+#[derive(Debug)]
+pub struct EnvLock {
+    _file: std::fs::File,
+}
+
+/// Take `name`'s lock, or [`EnvError::Busy`] when another process holds it.
+pub fn lock(base: &Path, name: &EnvName) -> Result<EnvLock, EnvError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = lock_path(base, name);
+    if let Some(dir) = path.parent() {
+        private_dir(dir)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(io("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(EnvLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(EnvError::Busy(name.to_string())),
+        Err(std::fs::TryLockError::Error(e)) => Err(io("lock", &path)(e)),
+    }
+}
+
+/// The flags an environment was made with (`--agent-network allowlist`, `--allow-host`,
+/// `--setup`): what a resumed run gets unless it gives them again.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Flags {
+    pub agent_network: bool,
+    pub allow_hosts: Vec<String>,
+    pub setup: Vec<String>,
+}
+
+impl Flags {
+    pub fn of(record: &EnvRecord) -> Flags {
+        Flags {
+            agent_network: record.network,
+            allow_hosts: record.allow_hosts.clone(),
+            setup: record.setup.clone(),
+        }
+    }
+
+    /// What `given` adds to these, as flags (empty: nothing wider).
+    pub fn widened_by(&self, given: &Flags) -> Vec<String> {
+        let mut wider = Vec::new();
+        if given.agent_network && !self.agent_network {
+            wider.push("--agent-network allowlist".to_string());
+        }
+        for h in given.allow_hosts.iter().filter(|h| !self.allow_hosts.contains(h)) {
+            wider.push(format!("--allow-host {h}"));
+        }
+        for c in given.setup.iter().filter(|c| !self.setup.contains(c)) {
+            wider.push(format!("--setup {c:?}"));
+        }
+        wider
+    }
+}
+
+/// Keep the flags a new environment was made with.
+pub fn record_flags(name: &EnvName, flags: &Flags) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
+    record.network = flags.agent_network;
+    record.allow_hosts = flags.allow_hosts.clone();
+    record.setup = flags.setup.clone();
+    record.save(&base)?;
+    Ok(())
+}
+
 /// Seconds since the epoch.
 pub fn now() -> u64 {
     std::time::SystemTime::now()
@@ -279,16 +413,27 @@ pub fn now() -> u64 {
 
 /// After a `run --env` turn: its task, verdict and changed files in the log.
 pub fn record_turn(name: &EnvName, task: &str, report: &crate::report::Report) -> Result<(), EnvError> {
-    let base = envs_dir()?;
-    let mut record = EnvRecord::load(&base, name)?;
     let verdict = serde_json::to_value(report.outcome)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
+    let changed = report.changed_files.iter().map(|c| c.path.clone()).collect();
+    record_turn_as(name, task, verdict, changed)
+}
+
+/// A turn in `name`'s log, whatever its end (an error's message is its verdict).
+pub fn record_turn_as(
+    name: &EnvName,
+    task: &str,
+    verdict: String,
+    changed: Vec<String>,
+) -> Result<(), EnvError> {
+    let base = envs_dir()?;
+    let mut record = EnvRecord::load(&base, name)?;
     record.turns.push(Turn {
         task: task.to_string(),
         verdict,
-        changed: report.changed_files.iter().map(|c| c.path.clone()).collect(),
+        changed,
         at: now(),
     });
     record.last_used = now();
@@ -323,6 +468,38 @@ mod tests {
     }
 
     #[test]
+    fn one_lock_at_a_time_and_none_left_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = EnvName::parse("one").unwrap();
+        let held = lock(tmp.path(), &name).unwrap();
+        assert!(matches!(lock(tmp.path(), &name), Err(EnvError::Busy(_))));
+        drop(held);
+        // The file is still there, unlocked: it does not block.
+        assert!(lock_path(tmp.path(), &name).exists());
+        lock(tmp.path(), &name).unwrap();
+    }
+
+    #[test]
+    fn flags_wider_than_the_kept_ones() {
+        let kept = Flags {
+            agent_network: false,
+            allow_hosts: vec!["a.example".into()],
+            setup: vec!["make".into()],
+        };
+        assert!(kept.widened_by(&kept).is_empty());
+        assert!(kept.widened_by(&Flags::default()).is_empty());
+        let given = Flags {
+            agent_network: true,
+            allow_hosts: vec!["a.example".into(), "b.example".into()],
+            setup: vec!["make".into()],
+        };
+        assert_eq!(
+            kept.widened_by(&given),
+            ["--agent-network allowlist", "--allow-host b.example"]
+        );
+    }
+
+    #[test]
     fn a_bad_name_in_a_record_is_refused() {
         let json = r#""../x""#;
         assert!(serde_json::from_str::<EnvName>(json).is_err());
@@ -338,6 +515,7 @@ mod tests {
             image: "agentbox/python:3.12".into(),
             network: false,
             allow_hosts: vec![],
+            setup: vec![],
             conversation: serde_json::json!([{"role": "user", "content": "hi"}]),
             turns: vec![Turn {
                 task: "t".into(),
@@ -385,6 +563,27 @@ mod tests {
         );
         save_manifest(&base, &r.name, &m).unwrap();
         assert_eq!(load_manifest(&base, &r.name).unwrap().entries, m.entries);
+        let said = vec![crate::model::Message::user_text("fix it".to_string())];
+        save_conversation(&base, &r.name, &said).unwrap();
+        let conv = conversation_path(&base, &r.name);
+        assert_eq!(
+            std::fs::metadata(&conv).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(load_conversation(&base, &r.name).unwrap(), said);
+        std::fs::write(&conv, b"{\"not\": \"messages\"}").unwrap();
+        assert!(matches!(
+            load_conversation(&base, &r.name),
+            Err(EnvError::Record { .. })
+        ));
+        std::fs::File::create(&conv)
+            .unwrap()
+            .set_len(MAX_CONVERSATION_BYTES + 1)
+            .unwrap();
+        assert!(matches!(
+            load_conversation(&base, &r.name),
+            Err(EnvError::TooLarge { .. })
+        ));
         EnvRecord::remove(&base, &r.name).unwrap();
         assert!(matches!(
             load_manifest(&base, &r.name),

@@ -436,7 +436,7 @@ async fn attempts_start_over_from_a_reset_project_hotter_while_the_tests_fail() 
         retry_temperature: 0.8,
         ..Default::default()
     };
-    let (result, attempts) = crate::session::work(&agent, &aids, "fix it", None).await;
+    let (result, attempts, _) = crate::session::work(&agent, &aids, &[], "fix it", None).await;
     assert_eq!(attempts, 2);
     assert_eq!(result.steps, 3, "steps are summed over the attempts");
     assert!(matches!(result.stop, Stop::Answered(ref t) if t == "done again"));

@@ -5,6 +5,7 @@ use std::path::Path;
 use crate::cli::RunArgs;
 use crate::config::{AgentSettings, IsolateSettings};
 use crate::events::{Event, EventSink, Redactor, for_terminal};
+use crate::output::escaped;
 use crate::report::Report;
 use crate::sandbox::Cleanup;
 use crate::session::{Session, event_sinks};
@@ -49,6 +50,15 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             env: Some(name),
         });
     }
+    // Held until this run is over (dropped on return).
+    let mut _env_lock = None;
+    let made_here = match settings.isolate.as_ref().and_then(|i| i.env.clone()) {
+        Some(name) => {
+            _env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
+            keep_env_flags(&mut settings, &name)?
+        }
+        None => false,
+    };
     let task = if args.task.is_empty() {
         DEFAULT_TASK.to_string()
     } else {
@@ -58,10 +68,92 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     settings.published = published.forwards();
     let report = run_task(&settings, &args.project, &task, &published).await?;
     if let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) {
+        if made_here {
+            crate::envs::record_flags(name, &given_flags(&settings))?;
+        }
         crate::envs::record_turn(name, &task, &report)?;
     }
     print_report(&report, args.json, settings.model.secrets())?;
     Ok(report.exit_code)
+}
+
+fn given_flags(settings: &AgentSettings) -> crate::envs::Flags {
+    crate::envs::Flags {
+        agent_network: settings.setup.agent_network,
+        allow_hosts: settings.setup.allow.iter().map(|r| r.to_string()).collect(),
+        setup: settings.setup.commands.clone(),
+    }
+}
+
+/// A resumed environment's flags: those it was made with unless given again; given wider ones
+/// are the user's to ask for, and said once on stderr. Whether the environment is new.
+fn keep_env_flags(settings: &mut AgentSettings, name: &crate::envs::EnvName) -> anyhow::Result<bool> {
+    let record = match crate::envs::EnvRecord::load(&crate::envs::envs_dir()?, name) {
+        Ok(r) => r,
+        Err(crate::envs::EnvError::NotFound(_)) => return Ok(true),
+        Err(e) => return Err(e.into()),
+    };
+    let kept = crate::envs::Flags::of(&record);
+    let given = given_flags(settings);
+    let wider = kept.widened_by(&given);
+    if !wider.is_empty() {
+        errln!(
+            "WARNING: environment {} was made without {}: this run has them because they were given",
+            escaped(name.as_str()),
+            escaped(wider.join(", "))
+        );
+    }
+    if !given.agent_network {
+        settings.setup.agent_network = kept.agent_network;
+    }
+    if given.allow_hosts.is_empty() && !kept.allow_hosts.is_empty() {
+        settings.setup.allow = kept
+            .allow_hosts
+            .iter()
+            .map(|h| h.parse::<crate::egress::Rule>())
+            .collect::<Result<_, _>>()?;
+    }
+    if given.setup.is_empty() {
+        settings.setup.commands = kept.setup.clone();
+    }
+    let inherited = crate::envs::Flags::default().widened_by(&kept);
+    if !inherited.is_empty() {
+        errln!(
+            "environment {} resumes with the flags it was made with: {}",
+            escaped(name.as_str()),
+            escaped(inherited.join(", "))
+        );
+    }
+    Ok(false)
+}
+
+/// An environment's conversation after a turn, whatever its end: the next `run --env`
+/// continues from here.
+fn keep_conversation(settings: &AgentSettings, session: &Session, task: &str) {
+    let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) else {
+        return;
+    };
+    let kept = crate::envs::envs_dir()
+        .and_then(|base| crate::envs::save_conversation(&base, name, &session.conversation(task)));
+    if let Err(e) = kept {
+        session.events.emit(&Event::Note {
+            message: format!("WARNING: the conversation was not kept: {e}"),
+        });
+    }
+}
+
+/// A turn of an environment that failed once its session was open: in the log all the same,
+/// its error as its verdict.
+fn keep_failed_turn(settings: &AgentSettings, session: &Session, task: &str, error: &dyn std::fmt::Display) {
+    let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) else {
+        return;
+    };
+    keep_conversation(settings, session, task);
+    if let Err(e) = crate::envs::record_turn_as(name, task, format!("error: {error}"), Vec::new()) {
+        session.events.emit(&Event::Note {
+            message: format!("WARNING: the turn was not recorded: {e}"),
+        });
+    }
 }
 
 /// Open a session on `project`, let the model work on `task`, check, report, clean up.
@@ -88,10 +180,12 @@ pub async fn run_task(
     let events = event_sinks(settings)?;
     let session = Session::open(settings, project, events.clone()).await?;
     if let Err(e) = published.announce(&session.sandbox).await {
+        keep_failed_turn(settings, &session, task, &e);
         let _ = session.close().await;
         return Err(e.into());
     }
     if let Err(e) = session.tests_before(project).await {
+        keep_failed_turn(settings, &session, task, &e);
         // The project's own tests ran: the host's check of the project still comes first.
         if let Some(check) = session.close().await {
             for w in check.warnings {
@@ -103,6 +197,7 @@ pub async fn run_task(
         return Err(e.into());
     }
     let work = crate::repair::work(&session, settings, project, task).await;
+    keep_conversation(settings, &session, task);
     let mut report = session.report(&work.result).await;
     report.attempts = work.attempts;
     if settings.strategy != crate::cli::Strategy::Loop {

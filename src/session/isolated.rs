@@ -547,6 +547,7 @@ pub(super) async fn open_isolated(
                 image: cfg.image.clone(),
                 network: false,
                 allow_hosts: Vec::new(),
+                setup: Vec::new(),
                 conversation: serde_json::Value::Null,
                 turns: Vec::new(),
                 forked_from: None,

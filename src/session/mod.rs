@@ -64,6 +64,10 @@ pub struct Session {
     _agent_ca: Option<trust::Bundle>,
     /// The tests before the model's first turn (`before`).
     before: std::sync::OnceLock<Vec<crate::tools::TestRun>>,
+    /// An environment's conversation before this run (`--env`): each attempt continues it.
+    history: Vec<Message>,
+    /// The last loop attempt's messages, history included (what an environment keeps).
+    conversation: std::sync::Mutex<Option<Vec<Message>>>,
 }
 
 impl Session {
@@ -91,13 +95,35 @@ impl Session {
 
     /// Work on `task`: see [`work`].
     pub async fn work(&self, task: &str) -> (LoopResult, u32) {
-        work(&self.agent(), &self.aids, task, self.before_runs()).await
+        let (result, attempts, messages) =
+            work(&self.agent(), &self.aids, &self.history, task, self.before_runs()).await;
+        self.keep_conversation(messages);
+        (result, attempts)
+    }
+
+    fn keep_conversation(&self, messages: Vec<Message>) {
+        if let Ok(mut kept) = self.conversation.lock() {
+            *kept = Some(messages);
+        }
+    }
+
+    /// The conversation to keep for the next turn of an environment: the last attempt's, else
+    /// (no loop ran: repair, or an error before the first turn) the history and the task.
+    pub fn conversation(&self, task: &str) -> Vec<Message> {
+        let kept = self.conversation.lock().ok().and_then(|mut k| k.take());
+        kept.unwrap_or_else(|| {
+            let mut messages = self.history.clone();
+            messages.push(Message::user_text(task.to_string()));
+            messages
+        })
     }
 
     /// [`Session::work`] on a project that changed since the tests ran before the first turn
     /// (`auto`'s loop after repair kept a candidate): `--prime` runs them again.
     pub async fn work_changed(&self, task: &str) -> (LoopResult, u32) {
-        work(&self.agent(), &self.aids, task, None).await
+        let (result, attempts, messages) = work(&self.agent(), &self.aids, &self.history, task, None).await;
+        self.keep_conversation(messages);
+        (result, attempts)
     }
 
     /// The verdict before any test ran: every command, none run yet.
@@ -387,9 +413,10 @@ fn asks_for_removal(task: &str) -> bool {
 pub async fn work(
     base: &Agent<'_>,
     aids: &crate::config::Aids,
+    history: &[Message],
     task: &str,
     before: Option<&[crate::tools::TestRun]>,
-) -> (LoopResult, u32) {
+) -> (LoopResult, u32, Vec<Message>) {
     let mut steps = 0;
     let mut usage = crate::model::Usage::default();
     let mut attempt = 1;
@@ -433,7 +460,8 @@ pub async fn work(
         } else {
             task.to_string()
         };
-        let mut messages = vec![Message::user_text(first)];
+        let mut messages = history.to_vec();
+        messages.push(Message::user_text(first));
         let result = agent.run(&mut messages).await;
         steps += result.steps;
         usage.add(&result.usage);
@@ -443,11 +471,11 @@ pub async fn work(
             usage,
         };
         if matches!(result.stop, Stop::Fatal(Fatal::Sandbox(_))) {
-            return (done, attempt);
+            return (done, attempt, messages);
         }
         let end = agent.ctx.run_tests().await.ok();
         if end.as_ref().is_some_and(|runs| all_passed(runs)) || agent.ctx.settings.test_commands.is_empty() {
-            return (done, attempt);
+            return (done, attempt, messages);
         }
         let end_tally = end.as_ref().and_then(|r| crate::tools::tally::tally_runs(r));
         let improved = best.offer(end_tally.clone()).await;
@@ -455,7 +483,7 @@ pub async fn work(
             if !improved {
                 keep_best(&agent, &best, end_tally.as_ref()).await;
             }
-            return (done, attempt);
+            return (done, attempt, messages);
         }
         agent.events.emit(&Event::Note {
             message: format!(
@@ -471,7 +499,7 @@ pub async fn work(
             agent.events.emit(&Event::Note {
                 message: format!("cannot start over: {e}"),
             });
-            return (done, attempt);
+            return (done, attempt, messages);
         }
         attempt += 1;
     }

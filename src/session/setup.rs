@@ -136,6 +136,11 @@ impl Session {
         });
         // The model client first: a missing script or key fails before any container starts.
         let model = settings.model.client(Some(on_retry))?;
+        // An environment's conversation so far, read before any container starts.
+        let history = match settings.isolate.as_ref().and_then(|i| i.env.as_ref()) {
+            Some(name) => crate::envs::load_conversation(&crate::envs::envs_dir()?, name)?,
+            None => Vec::new(),
+        };
         let plan = plan_project(settings, project).await?;
         events.emit(&Event::ImageChosen {
             image: plan.image.image.clone(),
@@ -283,6 +288,8 @@ impl Session {
             _agent_proxy: setup.proxy,
             _agent_ca: setup.ca_bundle,
             before: std::sync::OnceLock::new(),
+            history,
+            conversation: std::sync::Mutex::new(None),
         })
     }
 }

@@ -266,3 +266,211 @@ async fn a_volume_without_its_record_is_refused_then_removed() {
     assert!(rm.status.success(), "{}", text(&rm.stderr));
     assert!(gone, "env rm left the volume");
 }
+
+/// `run --env` against the scripted model server, without blocking the runtime it lives on.
+async fn run_env_with_server(
+    data: &std::path::Path,
+    env: &str,
+    server: &crate::support::model_server::ModelServer,
+    project: &std::path::Path,
+    task: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("AGENTBOX_PROVIDER")
+        .env_remove("AGENTBOX_MODEL")
+        .env("AGENTBOX_CONFIG", "")
+        .env("ANTHROPIC_API_KEY", "sk-test-env-resume")
+        .env("AGENTBOX_DATA_DIR", data)
+        .args([
+            "run",
+            "--json",
+            "--env",
+            env,
+            "--base-url",
+            &server.anthropic_url(),
+        ])
+        .arg(project)
+        .arg(task)
+        .current_dir(data)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("spawn agentbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_continues_the_conversation() {
+    use crate::support::model_server::{ModelServer, Reply, anthropic_turn};
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "def answer():\n    return 41\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-conv-{}", uuid::Uuid::new_v4().simple());
+    let server = ModelServer::start(vec![
+        Reply::ok(anthropic_turn(
+            "",
+            &[(
+                "edit_file",
+                serde_json::json!({"path": "app.py", "old": "return 41", "new": "return 42"}),
+            )],
+        )),
+        Reply::ok(anthropic_turn("first turn over: it returns 42", &[])),
+        Reply::ok(anthropic_turn("second turn over", &[])),
+        // The third turn's model fails: the turn is still kept.
+        Reply::status(
+            400,
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}),
+        ),
+    ])
+    .await;
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "make it 42").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let conversation = data.path().join("envs").join(&env).join("conversation.json");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&conversation)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "now explain").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{}", text(&out.stderr));
+    let second = requests[2].body["messages"].to_string();
+    for said in [
+        "make it 42",
+        "return 42",
+        "first turn over: it returns 42",
+        "now explain",
+    ] {
+        assert!(second.contains(said), "{said} not in {second}");
+    }
+    assert!(second.find("make it 42") < second.find("now explain"), "{second}");
+
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "third try").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let kept = std::fs::read_to_string(&conversation).unwrap();
+    assert!(
+        kept.contains("second turn over") && kept.contains("third try"),
+        "{kept}"
+    );
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["turns"].as_array().map(Vec::len), Some(3), "{record}");
+
+    docker
+        .remove_volume(
+            &format!("agentbox-env-{env}"),
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn a_resumed_run_keeps_its_flags_and_widens_them_only_when_asked() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-flags-{}", uuid::Uuid::new_v4().simple());
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let run_with = |flags: &[&str]| {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["run", "--json", "--env", &env, "--script", &done])
+            .args(flags)
+            .arg(project.path())
+            .arg("look")
+            .current_dir(data.path())
+            .stdin(std::process::Stdio::null());
+        run(&mut cmd)
+    };
+    let out = run_with(&["--allow-host", "pypi.example"]);
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    let kept = record["allow_hosts"].to_string();
+    assert!(kept.contains("pypi.example"), "{record}");
+
+    // Not given again: the kept ones, said; nothing widened.
+    let out = run_with(&[]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("resumes with the flags it was made with: --allow-host pypi.example"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WARNING: environment"), "{stderr}");
+
+    // Wider ones given: they are used, said once, loudly.
+    let out = run_with(&["--allow-host", "other.example"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("WARNING: environment").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("was made without --allow-host other.example"),
+        "{stderr}"
+    );
+    // The environment keeps what it was made with.
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.path().join("envs").join(&env).join("record.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["allow_hosts"].to_string(), kept);
+    let mut rm = agentbox();
+    rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
+    assert_eq!(run(&mut rm).status.code(), Some(0));
+}
+
+#[test]
+fn a_second_run_of_an_environment_is_refused_while_its_lock_is_held() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-lock-{}", uuid::Uuid::new_v4().simple());
+    let done = script(
+        data.path(),
+        "done.json",
+        serde_json::json!({"turns": [{"text": "done"}]}),
+    );
+    let run_once = || {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["run", "--json", "--env", &env, "--script", &done])
+            .arg(project.path())
+            .arg("look")
+            .current_dir(data.path())
+            .stdin(std::process::Stdio::null());
+        run(&mut cmd)
+    };
+    // Held the way a running `run --env` holds it: flock on the lock file.
+    let dir = data.path().join("envs").join(&env);
+    std::fs::create_dir_all(&dir).unwrap();
+    let held = std::fs::File::create(dir.join("lock")).unwrap();
+    held.try_lock().unwrap();
+    let out = run_once();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("is in use"), "{stderr}");
+    assert!(
+        !dir.join("record.json").exists(),
+        "refused before anything is made"
+    );
+
+    // Let go (as the kernel does for a killed process): the file left behind does not block.
+    drop(held);
+    let out = run_once();
+    assert!(dir.join("record.json").exists(), "{}", text(&out.stderr));
+    let mut rm = agentbox();
+    rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
+    assert_eq!(run(&mut rm).status.code(), Some(0));
+}
