@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, Mount, MountType, MountVolumeOptions};
+use futures_util::StreamExt;
 
 use super::cleanup::{Cleanup, Resource};
 use super::containers::create_tracked;
@@ -77,7 +78,6 @@ pub async fn fork_env_volume(
     cleanup: &Cleanup,
     f: VolumeFork<'_>,
 ) -> Result<(), SandboxError> {
-    use futures_util::StreamExt;
     let source = docker
         .inspect_volume(f.from)
         .await
@@ -127,22 +127,13 @@ pub async fn fork_env_volume(
         )
         .await?;
         let result = async {
-            docker
-                .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| SandboxError::docker("start the copying container", e))?;
-            let mut wait =
-                docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
-            match wait.next().await {
-                Some(Ok(r)) if r.status_code == 0 => Ok(()),
-                Some(Ok(r)) => Err(SandboxError::Other(format!(
-                    "copying the environment failed (cp ended with status {})",
-                    r.status_code
-                ))),
-                // A non-zero exit comes back as an error from the wait endpoint.
-                Some(Err(e)) => Err(SandboxError::docker("wait for the copying container", e)),
-                None => Err(SandboxError::Other("the copying container vanished".into())),
-            }
+            run_to_end(
+                docker,
+                &id,
+                "copying",
+                "copying the environment failed (cp ended with status",
+            )
+            .await
         }
         .await;
         super::api::remove_container(docker, &id).await;
@@ -247,7 +238,6 @@ pub async fn restore_env_volume(
     r: VolumeRestore<'_>,
     archive: &std::path::Path,
 ) -> Result<(), SandboxError> {
-    use futures_util::StreamExt;
     let found = docker
         .inspect_volume(r.volume)
         .await
@@ -307,21 +297,13 @@ pub async fn restore_env_volume(
                 .upload_to_container(&id, Some(opts), body)
                 .await
                 .map_err(|e| SandboxError::docker("copy the rewind's files in", e))?;
-            docker
-                .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
-                .await
-                .map_err(|e| SandboxError::docker("start the restoring container", e))?;
-            let mut wait =
-                docker.wait_container(&id, None::<bollard::query_parameters::WaitContainerOptions>);
-            match wait.next().await {
-                Some(Ok(w)) if w.status_code == 0 => Ok(()),
-                Some(Ok(w)) => Err(SandboxError::Other(format!(
-                    "rewinding the environment failed (status {})",
-                    w.status_code
-                ))),
-                Some(Err(e)) => Err(SandboxError::docker("wait for the restoring container", e)),
-                None => Err(SandboxError::Other("the restoring container vanished".into())),
-            }
+            run_to_end(
+                docker,
+                &id,
+                "restoring",
+                "rewinding the environment failed (status",
+            )
+            .await
         }
         .await;
         super::api::remove_container(docker, &id).await;
@@ -332,6 +314,23 @@ pub async fn restore_env_volume(
     super::api::remove_volume(docker, &scratch).await;
     cleanup.release(registration);
     done
+}
+
+/// Start the helper container `id` (the `role` one: copying, restoring) and wait for it to end;
+/// a status other than 0 is `failed` with the status after it.
+async fn run_to_end(docker: &Docker, id: &str, role: &str, failed: &str) -> Result<(), SandboxError> {
+    docker
+        .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+        .await
+        .map_err(|e| SandboxError::docker(format!("start the {role} container"), e))?;
+    let mut wait = docker.wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
+    match wait.next().await {
+        Some(Ok(r)) if r.status_code == 0 => Ok(()),
+        Some(Ok(r)) => Err(SandboxError::Other(format!("{failed} {})", r.status_code))),
+        // A non-zero exit may come back as an error from the wait endpoint.
+        Some(Err(e)) => Err(SandboxError::docker(format!("wait for the {role} container"), e)),
+        None => Err(SandboxError::Other(format!("the {role} container vanished"))),
+    }
 }
 
 #[cfg(test)]
