@@ -115,7 +115,7 @@ pub enum Command {
     /// Build or inspect sandbox images.
     #[command(subcommand)]
     Image(ImageCommand),
-    /// Named environments (`run --env NAME`): list, show, remove.
+    /// Named environments (`run --env NAME`): list, show, diff, merge, fork, rewind, remove.
     #[command(subcommand)]
     Env(EnvCommand),
 }
@@ -126,6 +126,9 @@ pub enum EnvCommand {
     List,
     /// An environment's log of turns: task, verdict, changed files.
     Show { name: String },
+    /// The environment's changes as a patch: what `env merge` would bring into the project
+    /// (everything since it was made, or since its last merge).
+    Diff { name: String },
     /// Remove an environment: its volume and its record.
     Rm { name: String },
     /// Copy an environment into a new one: its files (a volume copy), its record and log.
@@ -133,12 +136,14 @@ pub enum EnvCommand {
     /// Put an environment's files back as turn TURN left them (0: as created) and cut its log
     /// after that turn.
     Rewind { name: String, turn: usize },
-    /// Bring an environment's changes into the project's repository: with --branch, as a new
-    /// branch with a commit per turn (the working tree and index untouched, no hook run).
+    /// Bring an environment's changes into the project: written into the checkout as `--apply`
+    /// writes them (all or nothing; refused where the project changed since), or with --branch
+    /// as a new branch with a commit per turn (the working tree and index untouched, no hook
+    /// run).
     Merge {
         name: String,
         /// Create this branch, one commit per turn (message: the turn's task), on the commit
-        /// the environment was created from.
+        /// the environment was created from, instead of writing into the checkout.
         #[arg(long, value_name = "BRANCH")]
         branch: Option<String>,
     },
@@ -330,6 +335,11 @@ pub struct ExecArgs {
     #[arg(help_heading = "Output", long, value_name = "SIZE", default_value = "1m")]
     pub output_limit: String,
 
+    /// Run in the named environment (as `run --env`): its kept copy of the project, made on
+    /// first use; the command is a turn in its log.
+    #[arg(help_heading = "Workspace", long, value_name = "NAME")]
+    pub env: Option<String>,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 
@@ -364,6 +374,11 @@ pub struct ShellArgs {
     /// Where --isolate writes the patch [default: ./agentbox-SESSION.patch].
     #[arg(help_heading = "Workspace", long, value_name = "FILE", requires = "isolate")]
     pub patch: Option<PathBuf>,
+
+    /// Work in the named environment (as `run --env`): its kept copy of the project, made on
+    /// first use; the session is a turn in its log.
+    #[arg(help_heading = "Workspace", long, value_name = "NAME", conflicts_with_all = ["isolate", "read_only"])]
+    pub env: Option<String>,
 
     /// Seconds before the whole shell session is ended (no limit by default; --command-timeout
     /// does not apply to an interactive shell).

@@ -24,6 +24,10 @@ pub struct Checkpoint {
     pub changed: Manifest,
     /// Only the paths count (each stored as a directory entry).
     pub deleted: Manifest,
+    /// What the turn's read-back could not bring back and `--apply` cannot do without (as the
+    /// user reads it): `env merge` refuses while any is listed.
+    #[serde(default)]
+    pub missing: Vec<String>,
 }
 
 fn dir(base: &Path, name: &EnvName) -> PathBuf {
@@ -83,7 +87,10 @@ pub fn save(
     set: &ChangeSet,
     project: &Path,
 ) -> Result<(), EnvError> {
-    let mut cp = Checkpoint::default();
+    let mut cp = Checkpoint {
+        missing: set.missing().iter().map(|s| s.shown()).collect(),
+        ..Checkpoint::default()
+    };
     for (change, content) in &set.changes {
         let path = change.path.clone();
         match (change.status, content) {
@@ -150,6 +157,14 @@ pub fn load(base: &Path, name: &EnvName, turn: usize) -> Result<Checkpoint, EnvE
     }
 }
 
+/// The last checkpoint kept and its turn (0 and an empty one when none is).
+pub fn latest(base: &Path, name: &EnvName) -> Result<(usize, Checkpoint), EnvError> {
+    match turns(base, name)?.last() {
+        Some(&turn) => Ok((turn, load(base, name, turn)?)),
+        None => Ok((0, Checkpoint::default())),
+    }
+}
+
 /// The turns that have a checkpoint, in order.
 pub fn turns(base: &Path, name: &EnvName) -> Result<Vec<usize>, EnvError> {
     let d = dir(base, name).join("checkpoints");
@@ -182,6 +197,12 @@ pub fn truncate(base: &Path, name: &EnvName, turn: usize) -> Result<(), EnvError
 
 /// `env fork`: `from`'s checkpoints and blobs, copied under `to`.
 pub fn copy_checkpoints(base: &Path, from: &EnvName, to: &EnvName) -> Result<(), EnvError> {
+    let merged = crate::env_merge::merged_path(base, from);
+    match std::fs::read(&merged) {
+        Ok(data) => crate::envs::write_atomic(&crate::env_merge::merged_path(base, to), &data)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("read", &merged)(e)),
+    }
     for sub in ["checkpoints", "blobs"] {
         let src = dir(base, from).join(sub);
         let entries = match std::fs::read_dir(&src) {

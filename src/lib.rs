@@ -16,6 +16,7 @@ pub mod egress;
 pub mod env_branch;
 pub mod env_checkpoint;
 pub mod env_fork;
+pub mod env_merge;
 pub mod envs;
 pub mod eval;
 pub mod events;

@@ -1,4 +1,4 @@
-//! `agentbox env list|show|rm` (named environments, `run --env NAME`).
+//! `agentbox env ...` (named environments, `run --env NAME`).
 
 use crate::cli::EnvCommand;
 use crate::config::UsageError;
@@ -7,6 +7,11 @@ use crate::output::escaped;
 
 fn name(n: &str) -> Result<EnvName, UsageError> {
     EnvName::parse(n).map_err(|e| UsageError(e.to_string()))
+}
+
+/// `n` when it has a record (taking its lock would otherwise make its directory).
+fn existing(base: &std::path::Path, n: &EnvName) -> Result<EnvName, crate::envs::EnvError> {
+    EnvRecord::load(base, n).map(|r| r.name)
 }
 
 /// Seconds since the epoch as UTC, to the minute.
@@ -24,12 +29,13 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
             }
             for r in records {
                 outln!(
-                    "{}\t{}\tcreated {}\tlast used {}\t{} turns",
+                    "{}\t{}\tcreated {}\tlast used {}\t{} turn{}",
                     escaped(r.name.as_str()),
                     escaped(r.project.display().to_string()),
                     escaped(when(r.created)),
                     escaped(when(r.last_used)),
-                    r.turns.len()
+                    r.turns.len(),
+                    if r.turns.len() == 1 { "" } else { "s" }
                 );
             }
         }
@@ -61,12 +67,42 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
                 outln!("  changed: {}", escaped(t.changed.join(", ")));
             }
         }
+        EnvCommand::Diff { name: n } => {
+            let n = name(&n)?;
+            let pending = crate::env_merge::pending(&base, &n)?;
+            if let Some(line) = pending.stale() {
+                errln!("{}", escaped(line));
+            }
+            if pending.changes.is_empty() {
+                errln!(
+                    "no changes: {} is as it was made, or as last merged",
+                    escaped(n.as_str())
+                );
+                return Ok(0);
+            }
+            // Sandbox-written text: escaped on a terminal, the bytes as they are to a pipe
+            // (`agentbox env diff NAME | git apply` works).
+            let mut out = crate::output::CommandStream::stdout();
+            crate::hostfs::isolate::patch::write_patch(
+                &mut out,
+                &pending.record.project,
+                &pending.base,
+                &pending.changes,
+                0,
+            )?;
+            out.finish()?;
+        }
         EnvCommand::Rm { name: n } => {
             let n = name(&n)?;
             let record = match EnvRecord::load(&base, &n) {
                 Ok(r) => Some(r),
                 Err(crate::envs::EnvError::NotFound(_)) => None,
                 Err(e) => return Err(e.into()),
+            };
+            // Not while a run works in it: its sandbox would lose the volume under it.
+            let _lock = match &record {
+                Some(_) => Some(crate::envs::lock(&base, &n)?),
+                None => None,
             };
             let docker = crate::sandbox::connect_docker().await?;
             let volume = match &record {
@@ -108,10 +144,33 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
         EnvCommand::Merge { name: n, branch } => {
             let n = name(&n)?;
             let Some(branch) = branch else {
-                return Err(UsageError(
-                    "env merge needs --branch BRANCH (merging into the checkout is not built yet)".into(),
-                )
-                .into());
+                // Not while a run changes it (nor another merge).
+                let _lock = crate::envs::lock(&base, &existing(&base, &n)?)?;
+                let (pending, applied) = crate::env_merge::merge(&base, &n, cleanup).await?;
+                if let Some(line) = pending.stale() {
+                    errln!("{}", escaped(line));
+                }
+                if applied.written.is_empty() && applied.deleted.is_empty() {
+                    outln!(
+                        "nothing to merge: {} has no changes since it was made or last merged",
+                        escaped(n.as_str())
+                    );
+                    return Ok(0);
+                }
+                outln!(
+                    "merged environment {} into {}: {} written, {} deleted",
+                    escaped(n.as_str()),
+                    escaped(pending.record.project.display().to_string()),
+                    applied.written.len(),
+                    applied.deleted.len()
+                );
+                for p in &applied.written {
+                    outln!("  written {}", escaped(p));
+                }
+                for p in &applied.deleted {
+                    outln!("  deleted {}", escaped(p));
+                }
+                return Ok(0);
             };
             let record = EnvRecord::load(&base, &n)?;
             let commits = crate::env_branch::merge_branch(&base, &record, &branch)?;

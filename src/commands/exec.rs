@@ -18,6 +18,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             isolate: None,
             session_timeout: None,
             gateway: args.gateway.clone(),
+            env: args.env.clone(),
         };
         return super::shell::interactive(
             &args.sandbox,
@@ -50,10 +51,15 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         return Ok(crate::exit::USAGE);
     }
     choose_image_quietly(&mut cfg, &args.project).await?;
+    let mut setup = crate::config::SetupSettings::from_args(&args.setup)?;
+    // Locked before its setup, which the flags it was made with decide.
+    let env = match &args.env {
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        None => None,
+    };
     // The environment `run` gives the agent: setup (or its cache) before the sandbox.
-    let copied = super::copy_for_remote_engine(&args.project);
-    let _prepared =
-        super::prepare_environment(&args.setup, copied, &mut cfg, &args.project, Vec::new()).await?;
+    let copied = env.is_some() || super::copy_for_remote_engine(&args.project);
+    let _prepared = super::prepare_with(&setup, copied, &mut cfg, &args.project, Vec::new()).await?;
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let mut gateway = super::gateway::ModelGateway::start(&args.gateway, false)?;
@@ -63,7 +69,11 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     }
     // A remote engine cannot mount the project: the command works on a copy, and what it
     // changed comes back as a patch.
-    let (sandbox, copy) = if super::copy_for_remote_engine(&args.project) {
+    let (sandbox, copy) = if let Some(env) = &env {
+        let (sandbox, copy) =
+            crate::session::IsolatedCopy::open_env(&cfg, &args.project, env.name.clone()).await?;
+        (sandbox, Some(copy))
+    } else if copied {
         let (sandbox, copy) = crate::session::IsolatedCopy::open(&cfg, &args.project, None).await?;
         (sandbox, Some(copy))
     } else {
@@ -90,7 +100,11 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     tracing::trace!("warnings checked");
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
     tracing::debug!(step = "command", "command done");
-    if let Some(copy) = &copy {
+    let mut kept = None;
+    if let (Some(copy), Some(_)) = (&copy, &env) {
+        let _ = sandbox.interrupt().await;
+        kept = Some(copy.finish_env(&sandbox, timeout).await);
+    } else if let Some(copy) = &copy {
         let _ = sandbox.interrupt().await;
         match copy.finish(&sandbox, timeout, &sandbox.info().session).await {
             Ok(p) if p.changed > 0 => {
@@ -134,6 +148,30 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         // The error is said by the caller, after the teardown.
         Err(_) => 1,
     };
+    if let (Some(env), Some(kept)) = (&env, kept) {
+        let task = format!("exec: {}", args.command.join(" "));
+        let verdict = match &result {
+            Ok(_) => format!("exit {code}"),
+            Err(e) => format!("error: {e}"),
+        };
+        match kept {
+            Ok((changed, warnings)) => {
+                for w in &warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!("agentbox: {}", crate::output::escaped(env.summary(changed.len())));
+                env.end(&setup, &task, verdict, changed);
+            }
+            Err(e) => {
+                errln!(
+                    "agentbox: cannot tell what changed in environment {}: {}",
+                    crate::output::escaped(env.name.as_str()),
+                    crate::output::escaped(&e)
+                );
+                env.end(&setup, &task, format!("error: {e}"), Vec::new());
+            }
+        }
+    }
     crate::output::end_stdout();
     tracing::debug!(step = "result written", "result written");
     sandbox.shutdown().await?;

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod demo;
 pub mod doctor;
 pub mod env;
+pub(crate) mod env_turn;
 pub mod eval;
 pub mod exec;
 pub mod gateway;
@@ -27,9 +28,20 @@ pub(crate) async fn prepare_environment(
     also: Vec<Box<dyn crate::events::EventSink>>,
 ) -> anyhow::Result<crate::session::setup_phase::Prepared> {
     let setup = crate::config::SetupSettings::from_args(args)?;
+    prepare_with(&setup, copied, cfg, project, also).await
+}
+
+/// [`prepare_environment`] with settings already read (`--env` gives them its kept flags).
+pub(crate) async fn prepare_with(
+    setup: &crate::config::SetupSettings,
+    copied: bool,
+    cfg: &mut crate::config::SandboxConfig,
+    project: &std::path::Path,
+    also: Vec<Box<dyn crate::events::EventSink>>,
+) -> anyhow::Result<crate::session::setup_phase::Prepared> {
     let copy = copied.then(crate::config::IsolateSettings::default);
     let scope = crate::session::setup_phase::Scope {
-        setup: &setup,
+        setup,
         isolate: copy.as_ref(),
         say_why_nothing: false,
     };

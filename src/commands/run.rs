@@ -5,7 +5,6 @@ use std::path::Path;
 use crate::cli::RunArgs;
 use crate::config::{AgentSettings, IsolateSettings};
 use crate::events::{Event, EventSink, Redactor, for_terminal};
-use crate::output::escaped;
 use crate::report::Report;
 use crate::sandbox::Cleanup;
 use crate::session::{Session, event_sinks};
@@ -55,7 +54,7 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let made_here = match settings.isolate.as_ref().and_then(|i| i.env.clone()) {
         Some(name) => {
             _env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
-            keep_env_flags(&mut settings, &name)?
+            super::env_turn::keep_flags(&mut settings.setup, &name)?
         }
         None => false,
     };
@@ -69,62 +68,12 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let report = run_task(&settings, &args.project, &task, &published).await?;
     if let Some(name) = settings.isolate.as_ref().and_then(|i| i.env.as_ref()) {
         if made_here {
-            crate::envs::record_flags(name, &given_flags(&settings))?;
+            crate::envs::record_flags(name, &super::env_turn::given_flags(&settings.setup))?;
         }
         crate::envs::record_turn(name, &task, &report)?;
     }
     print_report(&report, args.json, settings.model.secrets())?;
     Ok(report.exit_code)
-}
-
-fn given_flags(settings: &AgentSettings) -> crate::envs::Flags {
-    crate::envs::Flags {
-        agent_network: settings.setup.agent_network,
-        allow_hosts: settings.setup.allow.iter().map(|r| r.to_string()).collect(),
-        setup: settings.setup.commands.clone(),
-    }
-}
-
-/// A resumed environment's flags: those it was made with unless given again; given wider ones
-/// are the user's to ask for, and said once on stderr. Whether the environment is new.
-fn keep_env_flags(settings: &mut AgentSettings, name: &crate::envs::EnvName) -> anyhow::Result<bool> {
-    let record = match crate::envs::EnvRecord::load(&crate::envs::envs_dir()?, name) {
-        Ok(r) => r,
-        Err(crate::envs::EnvError::NotFound(_)) => return Ok(true),
-        Err(e) => return Err(e.into()),
-    };
-    let kept = crate::envs::Flags::of(&record);
-    let given = given_flags(settings);
-    let wider = kept.widened_by(&given);
-    if !wider.is_empty() {
-        errln!(
-            "WARNING: environment {} was made without {}: this run has them because they were given",
-            escaped(name.as_str()),
-            escaped(wider.join(", "))
-        );
-    }
-    if !given.agent_network {
-        settings.setup.agent_network = kept.agent_network;
-    }
-    if given.allow_hosts.is_empty() && !kept.allow_hosts.is_empty() {
-        settings.setup.allow = kept
-            .allow_hosts
-            .iter()
-            .map(|h| h.parse::<crate::egress::Rule>())
-            .collect::<Result<_, _>>()?;
-    }
-    if given.setup.is_empty() {
-        settings.setup.commands = kept.setup.clone();
-    }
-    let inherited = crate::envs::Flags::default().widened_by(&kept);
-    if !inherited.is_empty() {
-        errln!(
-            "environment {} resumes with the flags it was made with: {}",
-            escaped(name.as_str()),
-            escaped(inherited.join(", "))
-        );
-    }
-    Ok(false)
 }
 
 /// An environment's conversation after a turn, whatever its end: the next `run --env`

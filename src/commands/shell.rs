@@ -29,6 +29,7 @@ pub async fn run(args: ShellArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         isolate: args.isolate.then(|| args.patch.clone()),
         session_timeout: args.session_timeout.map(Duration::from_secs),
         gateway: args.gateway.clone(),
+        env: args.env.clone(),
     };
     interactive(
         &args.sandbox,
@@ -49,6 +50,8 @@ pub struct Options {
     pub session_timeout: Option<Duration>,
     /// `--model-gateway` and its settings.
     pub gateway: crate::cli::GatewayArgs,
+    /// `--env NAME`.
+    pub env: Option<String>,
 }
 
 /// `shell`, and `exec -it` with its command.
@@ -76,10 +79,17 @@ pub async fn interactive(
     let mut cfg = SandboxConfig::from_args(sandbox_args)?;
     cfg.cleanup = cleanup;
     super::exec::choose_image_quietly(&mut cfg, project).await?;
+    let mut setup = crate::config::SetupSettings::from_args(setup_args)?;
+    // Locked before its setup, which the flags it was made with decide.
+    let env = match &options.env {
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        None => None,
+    };
     // The environment `run` gives the agent: setup (or its cache) before the sandbox. With
-    // --isolate or --read-only the project is only read: setup works on a copy of its own.
-    let copied = options.isolate.is_some() || options.read_only;
-    let _prepared = super::prepare_environment(setup_args, copied, &mut cfg, project, Vec::new()).await?;
+    // --isolate, --read-only or --env the project is only read: setup works on a copy of its
+    // own.
+    let copied = options.isolate.is_some() || options.read_only || env.is_some();
+    let _prepared = super::prepare_with(&setup, copied, &mut cfg, project, Vec::new()).await?;
     let published = super::publish::Published::start(publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let gateway = super::gateway::ModelGateway::start(&options.gateway, false)?;
@@ -87,12 +97,16 @@ pub async fn interactive(
         cfg.extras.forwards.extend(g.forwards());
         cfg.extras.env.extend(g.sandbox_env());
     }
-    let (sandbox, copy) = match &options.isolate {
-        Some(patch) => {
+    let (sandbox, copy) = match (&env, &options.isolate) {
+        (Some(env), _) => {
+            let (sandbox, copy) = IsolatedCopy::open_env(&cfg, project, env.name.clone()).await?;
+            (sandbox, Some(copy))
+        }
+        (None, Some(patch)) => {
             let (sandbox, copy) = IsolatedCopy::open(&cfg, project, patch.clone()).await?;
             (sandbox, Some(copy))
         }
-        None => {
+        (None, None) => {
             let mut spec = cfg.bind_spec(project)?;
             spec.read_only = options.read_only;
             (crate::session::open_spec(&cfg, spec).await?.1, None)
@@ -123,6 +137,8 @@ pub async fn interactive(
         crate::output::escaped(&sandbox.info().image),
         if options.read_only {
             "read-only "
+        } else if env.is_some() {
+            "(environment's copy: your directory is not written) "
         } else if copy.is_some() {
             "(a copy: your directory is not written) "
         } else {
@@ -134,14 +150,20 @@ pub async fn interactive(
         // restored before anything is printed, and an --isolate patch is still written.
         let _interrupts = cfg.cleanup.claim_interrupts();
         let _termination = cfg.cleanup.claim_termination();
-        attach_terminal(&sandbox, command, &name, options.session_timeout).await
+        attach_terminal(&sandbox, command.clone(), &name, options.session_timeout).await
     };
+    let mut kept = None;
     let patch = match &copy {
         Some(copy) => {
             // Nothing may write while the changes are read back.
             let _ = sandbox.interrupt().await;
             let timeout = cfg.command_timeout_for(&sandbox.info().image);
-            Some(copy.finish(&sandbox, timeout, &sandbox.info().session).await)
+            if env.is_some() {
+                kept = Some(copy.finish_env(&sandbox, timeout).await);
+                None
+            } else {
+                Some(copy.finish(&sandbox, timeout, &sandbox.info().session).await)
+            }
         }
         None => None,
     };
@@ -154,6 +176,7 @@ pub async fn interactive(
     sandbox.shutdown().await?;
     let check = sandbox.check_host();
     let ended = ended?;
+    let said = verdict(&ended);
     if let Some(check) = &check {
         for w in &check.warnings {
             errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
@@ -174,7 +197,31 @@ pub async fn interactive(
             code
         }
     };
+    if let (Some(env), Some(kept)) = (&env, kept) {
+        let task = format!("shell: {}", command.join(" "));
+        match kept {
+            Ok((changed, warnings)) => {
+                for w in &warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!(
+                    "agentbox: sandbox removed; {}",
+                    crate::output::escaped(env.summary(changed.len()))
+                );
+                env.end(&setup, &task, said, changed);
+            }
+            Err(e) => {
+                errln!(
+                    "agentbox: sandbox removed; cannot tell what changed in environment {}: {}",
+                    crate::output::escaped(env.name.as_str()),
+                    crate::output::escaped(&e)
+                );
+                env.end(&setup, &task, format!("error: {e}"), Vec::new());
+            }
+        }
+    }
     match patch {
+        None if env.is_some() => {}
         None => {
             for line in super::summary::changes(project, options.read_only, check.as_ref()) {
                 errln!("agentbox: {}", line);
@@ -201,6 +248,16 @@ pub async fn interactive(
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
     Ok(code)
+}
+
+/// How a session ended, as an environment's log says it.
+fn verdict(ended: &Ended) -> String {
+    match ended {
+        Ended::Exited(code) => format!("exit {code}"),
+        Ended::TimedOut(limit) => format!("ended after --session-timeout {}s", limit.as_secs()),
+        Ended::HungUp => "hung up".into(),
+        Ended::Signalled(name, _) => format!("{name} received"),
+    }
 }
 
 enum Ended {

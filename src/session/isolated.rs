@@ -442,6 +442,44 @@ impl IsolatedCopy {
         Ok((sandbox, IsolatedCopy(iso)))
     }
 
+    /// Open environment `name` (made from `project` the first time, else resumed as it was
+    /// left); the caller holds its lock.
+    pub async fn open_env(
+        cfg: &crate::config::SandboxConfig,
+        project: &std::path::Path,
+        name: crate::envs::EnvName,
+    ) -> Result<(crate::sandbox::DockerSandbox, IsolatedCopy), SessionError> {
+        let settings = IsolateSettings {
+            exclude: Vec::new(),
+            patch: None,
+            write_patch: false,
+            apply: false,
+            env: Some(name),
+        };
+        let (sandbox, iso) = open_isolated(cfg, project, &settings).await?;
+        Ok((sandbox, IsolatedCopy(iso)))
+    }
+
+    /// An environment's turn is over: what changed since it was made, read back and kept as
+    /// the turn's checkpoint (no patch: the changes stay in the environment). Call as
+    /// [`IsolatedCopy::finish`]; returns the changed paths and what was not brought back.
+    pub async fn finish_env(
+        &self,
+        sandbox: &dyn Sandbox,
+        timeout: Duration,
+    ) -> Result<(Vec<String>, Vec<String>), SessionError> {
+        let Some(name) = &self.0.settings.env else {
+            return Err(SessionError::NotIsolated);
+        };
+        let set = changeset(sandbox, &self.0, timeout).await?;
+        let mut warnings = isolate::readback::warnings(&set.skipped, isolate::readback::Limits::default());
+        if let Err(e) = crate::env_checkpoint::save_turn(name, &self.0.manifest, &set, &self.0.project) {
+            warnings.push(format!("no checkpoint kept for this turn: {e}"));
+        }
+        let changed = set.changes.iter().map(|(c, _)| c.path.quoted()).collect();
+        Ok((changed, warnings))
+    }
+
     /// Read back what changed and write the patch. Call while the sandbox is still there, and
     /// after its processes are stopped.
     pub async fn finish(

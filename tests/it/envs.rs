@@ -474,3 +474,219 @@ fn a_second_run_of_an_environment_is_refused_while_its_lock_is_held() {
     rm.env("AGENTBOX_DATA_DIR", data.path()).args(["env", "rm", &env]);
     assert_eq!(run(&mut rm).status.code(), Some(0));
 }
+
+/// `agentbox env ARGS...` with the test's data directory.
+fn env_cmd(data: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = agentbox();
+    cmd.env("AGENTBOX_DATA_DIR", data).arg("env").args(args);
+    run(&mut cmd)
+}
+
+/// A script whose one turn writes the line `line` to `file` (then says it is done).
+fn writes(dir: &std::path::Path, file: &str, line: &str) -> String {
+    script(
+        dir,
+        &format!("writes-{file}-{}.json", line.len()),
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": format!("echo '{line}' > {file}")}}]},
+            {"text": "done"}
+        ]}),
+    )
+}
+
+#[test]
+fn two_environments_at_once_then_merge_both_and_refuse_a_conflicting_third() {
+    let project = Project::new(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let [one, two, three] = ["one", "two", "three"].map(|n| format!("it-merge-{n}-{id}"));
+    let (to_a, to_b, also_a) = (
+        writes(data.path(), "a.txt", "from one"),
+        writes(data.path(), "b.txt", "from two"),
+        writes(data.path(), "a.txt", "from three, which differs"),
+    );
+
+    // Two at once, each in its own copy.
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| run_env(data.path(), &one, &to_a, project.path(), "change a"));
+        let second = s.spawn(|| run_env(data.path(), &two, &to_b, project.path(), "change b"));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    for out in [&first, &second] {
+        assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    }
+    let third = run_env(data.path(), &three, &also_a, project.path(), "change a too");
+    assert!(third.status.code().is_some(), "{}", text(&third.stderr));
+    let read = |f: &str| std::fs::read_to_string(project.file(f)).unwrap();
+    assert_eq!((read("a.txt"), read("b.txt")), ("a\n".into(), "b\n".into()));
+
+    // The diff is what a merge would bring, and the checkout is still untouched.
+    let diff = env_cmd(data.path(), &["diff", &one]);
+    assert_eq!(diff.status.code(), Some(0), "{}", text(&diff.stderr));
+    let patch = text(&diff.stdout);
+    assert!(patch.contains("-a\n+from one\n"), "{patch}");
+    assert!(!patch.contains("b.txt"), "{patch}");
+    assert_eq!(read("a.txt"), "a\n");
+
+    let merged = env_cmd(data.path(), &["merge", &one]);
+    assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    let merged = env_cmd(data.path(), &["merge", &two]);
+    assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    assert_eq!(
+        (read("a.txt"), read("b.txt")),
+        ("from one\n".into(), "from two\n".into())
+    );
+
+    // The third changed a.txt from what it was; the project has another a.txt now.
+    let refused = env_cmd(data.path(), &["merge", &three]);
+    assert_ne!(refused.status.code(), Some(0));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains("nothing merged") && stderr.contains("a.txt"),
+        "{stderr}"
+    );
+    assert_eq!(read("a.txt"), "from one\n");
+
+    // Merged once: nothing more to bring.
+    let again = env_cmd(data.path(), &["merge", &one]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stdout).contains("nothing to merge"),
+        "{}",
+        text(&again.stdout)
+    );
+
+    for env in [&one, &two, &three] {
+        let rm = env_cmd(data.path(), &["rm", env]);
+        assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    }
+}
+
+/// `run --env` whose turn is stopped by `signal` mid-command; then the environment resumes.
+async fn a_named_run_stopped_by(signal: i32) {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-killed-{signal}-{}", uuid::Uuid::new_v4().simple());
+    let long = script(
+        data.path(),
+        "long.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "echo one > first.txt; sleep 300"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .env("AGENTBOX_CONFIG", "")
+        .env("AGENTBOX_DATA_DIR", data.path())
+        .args(["run", "--env", &env, "--script", &long])
+        .arg(project.path())
+        .arg("take long")
+        .current_dir(data.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let volume = format!("agentbox-env-{env}");
+    // The command is running once first.txt is in the volume: look through a sandbox of the
+    // test's own would need the lock; the record and a running container say enough.
+    let up = eventually(Duration::from_secs(120), || async {
+        containers_of_pid(&docker, pid).await >= 1
+            && data.path().join("envs").join(&env).join("record.json").exists()
+    })
+    .await;
+    assert!(up, "the named run never started");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // SAFETY: kill(2) on our own child's pid, not yet reaped.
+    unsafe { libc::kill(pid as i32, signal) };
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("agentbox did not exit after the signal")
+        .unwrap();
+    assert!(out.status.code() != Some(0), "{}", text(&out.stderr));
+    // What the killed process could not remove, `gc` does; the environment's volume stays.
+    assert_eq!(run(agentbox().arg("gc")).status.code(), Some(0));
+    let gone = eventually(Duration::from_secs(30), || async {
+        containers_of_pid(&docker, pid).await == 0
+    })
+    .await;
+    assert!(gone, "a container of the stopped run is left");
+    docker
+        .inspect_volume(&volume)
+        .await
+        .expect("the environment's volume is kept");
+
+    // Resumed: the stopped turn's file is there.
+    let check = script(
+        data.path(),
+        "check.json",
+        serde_json::json!({"turns": [
+            {"tool_calls": [{"name": "bash", "arguments": {"command": "test -f first.txt && echo two > second.txt"}}]},
+            {"text": "done"}
+        ]}),
+    );
+    let out = run_env(data.path(), &env, &check, project.path(), "look");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let changed = report["changed_files"].to_string();
+    assert!(changed.contains("second.txt"), "{changed}\n{}", text(&out.stderr));
+
+    let rm = env_cmd(data.path(), &["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    assert!(docker.inspect_volume(&volume).await.is_err());
+    assert!(!data.path().join("envs").join(&env).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_run_killed_mid_turn_resumes_and_leaves_no_container() {
+    a_named_run_stopped_by(libc::SIGKILL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_run_interrupted_mid_turn_resumes_and_leaves_no_container() {
+    a_named_run_stopped_by(libc::SIGINT).await;
+}
+
+#[test]
+fn exec_works_in_an_environment_and_logs_each_command_as_a_turn() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-exec-{}", uuid::Uuid::new_v4().simple());
+    let exec = |cmd: &[&str]| {
+        let mut c = agentbox();
+        c.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["exec", "--env", &env])
+            .arg(project.path())
+            .arg("--")
+            .args(cmd)
+            .stdin(std::process::Stdio::null());
+        run(&mut c)
+    };
+    let first = exec(&["sh", "-c", "echo kept > notes.txt"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert!(
+        text(&first.stderr).contains(&format!("1 file changed in environment {env}")),
+        "{}",
+        text(&first.stderr)
+    );
+    assert!(!project.file("notes.txt").exists(), "the checkout is not written");
+
+    let second = exec(&["cat", "notes.txt"]);
+    assert_eq!(text(&second.stdout), "kept\n", "{}", text(&second.stderr));
+    let failed = exec(&["sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3));
+
+    let show = text(&env_cmd(data.path(), &["show", &env]).stdout);
+    assert!(show.contains("exec: sh -c echo kept > notes.txt"), "{show}");
+    assert!(show.contains("exec: cat notes.txt"), "{show}");
+    assert!(show.contains("verdict: exit 3"), "{show}");
+    let diff = text(&env_cmd(data.path(), &["diff", &env]).stdout);
+    assert!(
+        diff.contains("+++ b/notes.txt") && diff.contains("+kept"),
+        "{diff}"
+    );
+
+    let rm = env_cmd(data.path(), &["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+}

@@ -1,0 +1,106 @@
+//! `--env NAME` on the commands besides `run` (`exec`, `shell`): the environment's lock and
+//! flags before the sandbox, and after it the turn in the log with its checkpoint. `run` shares
+//! the flag rules.
+
+use crate::config::SetupSettings;
+use crate::envs::{EnvLock, EnvName, Flags};
+use crate::output::escaped;
+
+/// The flags of `setup` as an environment keeps them.
+pub(crate) fn given_flags(setup: &SetupSettings) -> Flags {
+    Flags {
+        agent_network: setup.agent_network,
+        allow_hosts: setup.allow.iter().map(|r| r.to_string()).collect(),
+        setup: setup.commands.clone(),
+    }
+}
+
+/// A resumed environment's flags: those it was made with unless given again; given wider ones
+/// are the user's to ask for, and said once on stderr. Whether the environment is new.
+pub(crate) fn keep_flags(setup: &mut SetupSettings, name: &EnvName) -> anyhow::Result<bool> {
+    let record = match crate::envs::EnvRecord::load(&crate::envs::envs_dir()?, name) {
+        Ok(r) => r,
+        Err(crate::envs::EnvError::NotFound(_)) => return Ok(true),
+        Err(e) => return Err(e.into()),
+    };
+    let kept = Flags::of(&record);
+    let given = given_flags(setup);
+    let wider = kept.widened_by(&given);
+    if !wider.is_empty() {
+        errln!(
+            "WARNING: environment {} was made without {}: this run has them because they were given",
+            escaped(name.as_str()),
+            escaped(wider.join(", "))
+        );
+    }
+    if !given.agent_network {
+        setup.agent_network = kept.agent_network;
+    }
+    if given.allow_hosts.is_empty() && !kept.allow_hosts.is_empty() {
+        setup.allow = kept
+            .allow_hosts
+            .iter()
+            .map(|h| h.parse::<crate::egress::Rule>())
+            .collect::<Result<_, _>>()?;
+    }
+    if given.setup.is_empty() {
+        setup.commands = kept.setup.clone();
+    }
+    let inherited = Flags::default().widened_by(&kept);
+    if !inherited.is_empty() {
+        errln!(
+            "environment {} resumes with the flags it was made with: {}",
+            escaped(name.as_str()),
+            escaped(inherited.join(", "))
+        );
+    }
+    Ok(false)
+}
+
+/// An environment held by `exec --env` or `shell --env` from before its setup to its log line.
+pub(crate) struct EnvTurn {
+    pub name: EnvName,
+    made_here: bool,
+    _lock: EnvLock,
+}
+
+impl EnvTurn {
+    /// Checked, locked (refused while another process works in it), and `setup` given the
+    /// flags it was made with unless they are given again.
+    pub fn begin(name: &str, setup: &mut SetupSettings) -> anyhow::Result<EnvTurn> {
+        let name = EnvName::parse(name).map_err(|e| crate::config::UsageError(e.to_string()))?;
+        let lock = crate::envs::lock(&crate::envs::envs_dir()?, &name)?;
+        let made_here = keep_flags(setup, &name)?;
+        Ok(EnvTurn {
+            name,
+            made_here,
+            _lock: lock,
+        })
+    }
+
+    /// The turn in the log (`env show`): the command as its task, its end as its verdict; a
+    /// new environment's flags kept. A failure here is a warning: the files are in the volume.
+    pub fn end(&self, setup: &SetupSettings, task: &str, verdict: String, changed: Vec<String>) {
+        let mut kept = Ok(());
+        if self.made_here {
+            kept = crate::envs::record_flags(&self.name, &given_flags(setup));
+        }
+        let kept = kept.and_then(|()| crate::envs::record_turn_as(&self.name, task, verdict, changed));
+        if let Err(e) = kept {
+            errln!(
+                "agentbox: WARNING: environment {}: this turn was not logged: {}",
+                escaped(self.name.as_str()),
+                escaped(e)
+            );
+        }
+    }
+
+    /// What the user reads at the end: where the changes are, and how to see or take them.
+    pub fn summary(&self, changed: usize) -> String {
+        let n = self.name.as_str();
+        format!(
+            "{changed} file{} changed in environment {n} since it was made; see them with `agentbox env diff {n}`, take them with `agentbox env merge {n}`",
+            if changed == 1 { "" } else { "s" }
+        )
+    }
+}
