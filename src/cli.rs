@@ -429,6 +429,16 @@ pub struct McpArgs {
     #[arg(help_heading = "Workspace", long, value_name = "FILE", requires = "isolate")]
     pub patch: Option<PathBuf>,
 
+    /// Serve the named environment (as `run --env`): its kept copy of the project, made on
+    /// first use; the session is a turn in its log.
+    #[arg(
+        help_heading = "Workspace",
+        long,
+        value_name = "NAME",
+        conflicts_with = "isolate"
+    )]
+    pub env: Option<String>,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 }

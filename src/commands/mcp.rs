@@ -18,7 +18,12 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut cfg = SandboxConfig::from_args(&args.sandbox)?;
     // A bad setup flag is a usage error before any work, not a failed session.
-    crate::config::SetupSettings::from_args(&args.setup)?;
+    let mut setup = crate::config::SetupSettings::from_args(&args.setup)?;
+    // Held for the whole session; its flags decide the setup.
+    let env_turn = match &args.env {
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        None => None,
+    };
     let cleanup_claims = cleanup.clone();
     cfg.cleanup = cleanup;
     let root = args.project.clone();
@@ -75,9 +80,10 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             .map_err(|e| anyhow::anyhow!("MCP: {e}"))?;
         let environment = Environment {
             cfg: cfg.clone(),
-            setup: args.setup.clone(),
+            setup: setup.clone(),
             project: args.project.clone(),
             isolate: isolate.then(|| args.patch.clone()),
+            env: env_turn.as_ref().map(|t| t.name.clone()),
             peer: running.peer().clone(),
             gateway: gateway.clone(),
         };
@@ -131,7 +137,28 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             );
         }
     }
-    if let Some(copy) = &copy {
+    if let (Some(copy), Some(env)) = (&copy, &env_turn) {
+        // Nothing may write while the changes are read back.
+        let _ = sandbox.interrupt().await;
+        let task = "mcp session";
+        match copy.finish_env(sandbox, timeout).await {
+            Ok((changed, warnings)) => {
+                for w in &warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!("agentbox: {}", crate::output::escaped(env.summary(changed.len())));
+                env.end(&setup, task, "ended".into(), changed);
+            }
+            Err(e) => {
+                errln!(
+                    "agentbox: cannot tell what changed in environment {}: {}",
+                    crate::output::escaped(env.name.as_str()),
+                    crate::output::escaped(&e)
+                );
+                env.end(&setup, task, format!("error: {e}"), Vec::new());
+            }
+        }
+    } else if let Some(copy) = &copy {
         // Nothing may write while the changes are read back.
         let _ = sandbox.interrupt().await;
         match copy.finish(sandbox, timeout, &sandbox.info().session).await {
@@ -175,10 +202,12 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
 /// What opening the session's environment needs, moved into its task.
 struct Environment {
     cfg: SandboxConfig,
-    setup: crate::cli::SetupArgs,
+    setup: crate::config::SetupSettings,
     project: std::path::PathBuf,
     /// `--isolate` (or a remote engine), with `--patch` if given.
     isolate: Option<Option<std::path::PathBuf>>,
+    /// `--env NAME` (its lock held by the session).
+    env: Option<crate::envs::EnvName>,
     peer: rmcp::Peer<rmcp::RoleServer>,
     gateway: Option<std::sync::Arc<super::gateway::ModelGateway>>,
 }
@@ -233,7 +262,7 @@ async fn open_inner(
 ) -> anyhow::Result<(Ready, Kept)> {
     let prepared = super::prepare_environment(
         &env.setup,
-        env.isolate.is_some(),
+        env.isolate.is_some() || env.env.is_some(),
         &mut env.cfg,
         &env.project,
         vec![Box::new(log)],
@@ -243,12 +272,16 @@ async fn open_inner(
     if let Some(g) = &env.gateway {
         env.cfg.extras.env.extend(g.sandbox_env());
     }
-    let (sandbox, copy) = match env.isolate {
-        Some(patch) => {
+    let (sandbox, copy) = match (env.env, env.isolate) {
+        (Some(name), _) => {
+            let (sandbox, copy) = IsolatedCopy::open_env(&env.cfg, &env.project, name).await?;
+            (sandbox, Some(copy))
+        }
+        (None, Some(patch)) => {
             let (sandbox, copy) = IsolatedCopy::open(&env.cfg, &env.project, patch).await?;
             (sandbox, Some(copy))
         }
-        None => (
+        (None, None) => (
             crate::session::open_sandbox(&env.cfg, &env.project).await?.1,
             None,
         ),

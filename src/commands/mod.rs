@@ -17,22 +17,11 @@ pub mod shell;
 pub mod summary;
 
 /// The environment `run` gives the agent, for a face that opens its sandbox itself (`exec`,
-/// `shell`, `mcp`): the setup phase (or its cache) with `args`' flags, quiet when there is
-/// nothing to install; with `copied` (the project is only read, or copied in) setup works on a
-/// copy. `cfg` gains what the sandbox mounts; the result lives as long as the sandbox.
+/// `shell`, `mcp`): the setup phase (or its cache) with `setup` (the flags as given, or as an
+/// `--env` environment was made with), quiet when there is nothing to install; with `copied`
+/// (the project is only read, or copied in) setup works on a copy. `cfg` gains what the sandbox
+/// mounts; the result lives as long as the sandbox.
 pub(crate) async fn prepare_environment(
-    args: &crate::cli::SetupArgs,
-    copied: bool,
-    cfg: &mut crate::config::SandboxConfig,
-    project: &std::path::Path,
-    also: Vec<Box<dyn crate::events::EventSink>>,
-) -> anyhow::Result<crate::session::setup_phase::Prepared> {
-    let setup = crate::config::SetupSettings::from_args(args)?;
-    prepare_with(&setup, copied, cfg, project, also).await
-}
-
-/// [`prepare_environment`] with settings already read (`--env` gives them its kept flags).
-pub(crate) async fn prepare_with(
     setup: &crate::config::SetupSettings,
     copied: bool,
     cfg: &mut crate::config::SandboxConfig,

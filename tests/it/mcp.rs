@@ -288,6 +288,39 @@ async fn isolate_keeps_the_project_and_writes_the_patch() {
     assert!(stderr.contains(patch.to_str().unwrap()), "{stderr}");
 }
 
+/// `--env NAME`: the client works in the environment's copy; the session is a turn of its log,
+/// and its changes are the environment's to show and merge.
+#[tokio::test]
+async fn env_serves_the_environment_and_logs_the_session() {
+    let _ = docker().await;
+    let project = Project::new(&[("hello.py", "def greet():\n    return \"hello\"\n")]);
+    let env = format!("it-mcp-{}", uuid::Uuid::new_v4().simple());
+    let (report, stderr) = run_client(&project, &["--env", &env, "--test-cmd", "true"]);
+    assert!(!result(&report, "edit_file").1, "{report}");
+    assert_eq!(project.read("hello.py"), "def greet():\n    return \"hello\"\n");
+    assert!(
+        stderr.contains(&format!("changed in environment {env}")),
+        "{stderr}"
+    );
+    let env_cmd = |args: &[&str]| {
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", crate::support::test_data_dir())
+            .arg("env")
+            .args(args);
+        crate::support::run(&mut cmd)
+    };
+    let show = env_cmd(&["show", &env]);
+    let (shown, why) = (text(&show.stdout), text(&show.stderr));
+    assert!(
+        shown.contains("mcp session") && shown.contains("hello.py"),
+        "{shown}{why}\nserver: {stderr}"
+    );
+    let diff = text(&env_cmd(&["diff", &env]).stdout);
+    assert!(diff.contains("+    return \"howdy\""), "{diff}");
+    let rm = env_cmd(&["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+}
+
 /// `agentbox mcp` driven line by line over stdio (JSON-RPC), for what a well-behaved SDK client
 /// never does: many calls at once, huge arguments, cancellations, closing stdin mid-call. Every
 /// wait has a limit; on drop the server gets SIGTERM (it removes its sandbox), then SIGKILL.

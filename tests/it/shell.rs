@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::pty::{Pty, WAIT, termios_of};
-use crate::support::{Project, agentbox, containers_of_pid, docker, eventually, text};
+use crate::support::{Project, agentbox, containers_of_pid, docker, eventually, run, text};
 
 async fn assert_no_container_of(pid: u32) {
     let docker = docker().await;
@@ -255,4 +255,49 @@ async fn an_isolated_shell_leaves_the_project_alone_and_writes_a_patch() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(pty.screen().contains(patch.to_str().unwrap()), "{}", pty.screen());
     assert_no_container_of(pid).await;
+}
+
+#[tokio::test]
+async fn a_shell_in_an_environment_resumes_it_and_leaves_the_project_alone() {
+    let _ = docker().await;
+    let project = Project::new(&[("a.txt", "one\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_string();
+    let env = format!("it-shell-{}", uuid::Uuid::new_v4().simple());
+    let path = project.path().to_str().unwrap().to_string();
+    let shell = |script: &str| {
+        let mut pty = Pty::spawn_with(
+            &["shell", "--env", &env, &path, "--", "sh", "-c", script],
+            &[("AGENTBOX_DATA_DIR", &data_dir)],
+        );
+        let pid = pty.child.id();
+        let code = pty.wait_exit();
+        std::thread::sleep(Duration::from_millis(200));
+        (code, pty.screen(), pid)
+    };
+    let (code, screen, pid) = shell("echo two > a.txt");
+    assert_eq!(code, 0, "{screen}");
+    assert!(
+        screen.contains(&format!("1 file changed in environment {env}")),
+        "{screen}"
+    );
+    assert_eq!(project.read("a.txt"), "one\n");
+    assert_no_container_of(pid).await;
+
+    // The second session is in the same copy.
+    let (code, screen, _) = shell("grep -q two a.txt");
+    assert_eq!(code, 0, "{screen}");
+
+    let mut cmd = agentbox();
+    cmd.env("AGENTBOX_DATA_DIR", data.path())
+        .args(["env", "show", &env]);
+    let shown = text(&run(&mut cmd).stdout);
+    assert!(
+        shown.contains("shell: sh -c echo two > a.txt") && shown.contains("exit 0"),
+        "{shown}"
+    );
+    let mut cmd = agentbox();
+    cmd.env("AGENTBOX_DATA_DIR", data.path())
+        .args(["env", "rm", &env]);
+    assert_eq!(run(&mut cmd).status.code(), Some(0));
 }

@@ -6,6 +6,7 @@ Prints one JSON object: what each step returned. The Rust test (tests/it/mcp.rs)
 """
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -31,7 +32,9 @@ def summary(result):
 
 async def main():
     binary, project, *extra = sys.argv[1:]
-    params = StdioServerParameters(command=binary, args=["mcp", *extra, project])
+    # The test's environment whole (its data directory, AGENTBOX_CONFIG=""): the SDK passes
+    # only a few variables (HOME, PATH, ...) unless told.
+    params = StdioServerParameters(command=binary, args=["mcp", *extra, project], env=dict(os.environ))
     out = {}
     started = time.monotonic()
     async with stdio_client(params) as (read, write):
