@@ -685,3 +685,70 @@ async fn a_link_leading_out_of_the_project_is_left_out_of_the_copy_and_said() {
         "the project keeps its link"
     );
 }
+
+// ---- environments: `env merge` takes a checkpoint through the same checks ------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_merge_refuses_links_out_and_files_not_brought_back_and_never_makes_a_fifo() {
+    // (command, why the merge is refused or None when it merges, paths never made on the host)
+    let cases: [(&str, Option<&str>, &[&str]); 4] = [
+        // Inside each by itself, outside followed through each other.
+        (
+            "mkdir sub && ln -s .. sub/b && ln -s b/.. sub/c && ln -s c/SECRET sub/z",
+            Some("outside the project"),
+            &["sub", "sub/z"],
+        ),
+        // Never brought back, so never merged: a file over the read-back limit, a FIFO where a
+        // project file was (the project would get part of the change).
+        ("truncate -s 100M blob.bin", Some("blob.bin"), &["blob.bin"]),
+        ("rm notes.txt && mkfifo notes.txt", Some("notes.txt"), &[]),
+        // A new FIFO is no part of the project (as with --apply): the rest is merged.
+        ("mkfifo pipe", None, &["pipe"]),
+    ];
+    for (command, refused, not_written) in cases {
+        let (_outer, project) = project_beside_a_secret(&[("app.py", "x = 1\n"), ("notes.txt", "n\n")]);
+        project.chown_all();
+        let env = format!("it-hostile-{}", uuid::Uuid::new_v4().simple());
+        let run = finish(spawn_run(
+            &project,
+            json!([
+                {"tool_calls": [bash(&format!("{command} && echo x = 2 > app.py"))]},
+                {"text": "done"}
+            ]),
+            &["--env", &env],
+            &[],
+        ))
+        .await;
+        let data = run.dir.path().join("data");
+        let env_cmd = |args: &[&str]| {
+            let mut cmd = agentbox();
+            cmd.env("AGENTBOX_DATA_DIR", &data).arg("env").args(args);
+            crate::support::run(&mut cmd)
+        };
+        let merged = env_cmd(&["merge", &env]);
+        let stderr = text(&merged.stderr);
+        match refused {
+            Some(said) => {
+                assert_ne!(merged.status.code(), Some(0), "{command}: merged\n{}", run.stderr);
+                assert!(
+                    stderr.contains("nothing merged") && stderr.contains(said),
+                    "{command}: {stderr}"
+                );
+                assert_eq!(project.read("app.py"), "x = 1\n", "{command}: all or nothing");
+                assert_eq!(project.read("notes.txt"), "n\n", "{command}");
+            }
+            None => {
+                assert_eq!(merged.status.code(), Some(0), "{command}: {stderr}");
+                assert_eq!(project.read("app.py"), "x = 2\n", "{command}");
+            }
+        }
+        for path in not_written {
+            assert!(
+                !exists(&project.file(path)),
+                "{command}: {path} was written on the host"
+            );
+        }
+        let rm = env_cmd(&["rm", &env]);
+        assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    }
+}
