@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 pub mod baseline;
 pub mod before;
+mod cache_lock;
 mod error;
 mod isolated;
 mod open;

@@ -340,6 +340,16 @@ pub async fn run(
                 }
             }
         }
+        // From here to the commit, one process per cache: another setup filling it is waited
+        // for, and then its fill is used.
+        let _filling =
+            super::cache_lock::lock(crate::hostfs::hostscan::quarantine::data_dir(), &name, || {
+                note(
+                    events,
+                    format!("setup: another agentbox is filling the cache {name}: waiting for it"),
+                )
+            })
+            .await;
         if setup.refresh {
             // The marker first: a cache without it is never trusted, whatever happens next.
             let marker = format!("{name}-ok");

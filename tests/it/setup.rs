@@ -1540,3 +1540,39 @@ async fn go_tests_build_on_setups_cache_and_the_verdict_is_never_a_cached_result
     assert_from_the_cache(&warm);
     remove_caches(&project).await;
 }
+
+/// Two cold runs of one project at once (parallel environments, say) fill its cache once: the
+/// second waits for the first's fill, then uses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_cold_runs_at_once_fill_one_cache_once() {
+    let project = Project::new(&[("app.py", "x = 1\n")]);
+    // Both runs are one user's: one data directory, where the cache's lock lives.
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap().to_string();
+    let env = [("AGENTBOX_DATA_DIR", data_dir.as_str())];
+    let args = [
+        "--isolate",
+        "--setup",
+        "sleep 3 && echo filled >> /opt/agentbox-deps/fills",
+    ];
+    let turns = json!([{"tool_calls": [bash("cat /opt/agentbox-deps/fills")]}, done("Checked.")]);
+    let (a, b) = tokio::join!(
+        finish(spawn_run(&project, turns.clone(), &args, &env)),
+        finish(spawn_run(&project, turns.clone(), &args, &env)),
+    );
+    for run in [&a, &b] {
+        assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+        let (_, out, _) = run.result(0);
+        let fills = out.lines().filter(|l| *l == "filled").count();
+        assert_eq!(fills, 1, "one fill, not two: {out}\n{}", run.stderr);
+    }
+    assert!(
+        [&a, &b]
+            .iter()
+            .any(|r| r.stderr.contains("is filling the cache") && r.stderr.contains("waiting for it")),
+        "neither run waited:\n{}\n{}",
+        a.stderr,
+        b.stderr
+    );
+    remove_caches(&project).await;
+}
