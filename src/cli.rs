@@ -872,6 +872,11 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub publish: PublishArgs,
 
+    /// Chat in the named environment (as `run --env`): its kept copy of the project and its
+    /// conversation, made on first use; each request is a turn in its log.
+    #[arg(help_heading = "Workspace", long, value_name = "NAME")]
+    pub env: Option<String>,
+
     /// The project directory, mounted at /workspace.
     pub project: PathBuf,
 }

@@ -36,8 +36,24 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::config::project_arg(&args.project)?;
     let mut settings = AgentSettings::from_args(&args.agent, &args.session)?;
     settings.sandbox.cleanup = cleanup.clone();
+    // `--env`: locked for the whole chat, its flags kept, the session in its copy.
+    let mut env_lock = None;
+    let mut made_here = false;
+    if let Some(name) = &args.env {
+        let name = crate::envs::EnvName::parse(name).map_err(|e| crate::config::UsageError(e.to_string()))?;
+        env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
+        made_here = super::env_turn::keep_flags(&mut settings.setup, &name)?;
+        settings.isolate = Some(crate::config::IsolateSettings {
+            exclude: Vec::new(),
+            patch: None,
+            write_patch: false,
+            apply: false,
+            env: Some(name),
+        });
+    }
+    let env_name = settings.isolate.as_ref().and_then(|i| i.env.clone());
     let engine = crate::sandbox::engine::current();
-    if engine.is_remote() {
+    if engine.is_remote() && env_name.is_none() {
         return Err(crate::config::UsageError(format!(
             "chat works on a bind-mounted project, which the remote engine {} cannot mount; use `agentbox run` \
              (the project is copied in and the changes come back as a patch) or `agentbox shell`",
@@ -53,14 +69,32 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         let _ = session.close().await;
         return Err(e.into());
     }
+    if let (Some(name), true) = (&env_name, made_here)
+        && let Err(e) = crate::envs::record_flags(name, &super::env_turn::given_flags(&settings.setup))
+    {
+        errln!(
+            "agentbox: WARNING: the environment's flags were not kept: {}",
+            escaped(&e)
+        );
+    }
     errln!("{}", HELP);
     // From here on Ctrl-C cancels what the chat waits for; the edge leaves it to us.
     let _claim = cleanup.claim_interrupts();
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut input = Input::new();
-    let mut messages: Vec<Message> = Vec::new();
-    // Checkpoints of the project before each request, for /undo (newest last).
-    let mut undo: Vec<(String, usize)> = Vec::new();
+    // A resumed environment's conversation goes on.
+    let mut messages: Vec<Message> = session.history().to_vec();
+    if !messages.is_empty() {
+        errln!(
+            "agentbox: the conversation of environment {} goes on ({} messages)",
+            escaped(env_name.as_ref().map(|n| n.as_str()).unwrap_or_default()),
+            messages.len()
+        );
+    }
+    // Checkpoints of the project before each request, for /undo (newest last), and whether
+    // the request became a turn of the environment's log.
+    let mut undo: Vec<(String, usize, bool)> = Vec::new();
+    let mut env_changed: Option<usize> = None;
     let timeout = session.tool_settings.command_timeout.max(Duration::from_secs(60));
     let mut code = 0;
     let mut interrupted_once = false;
@@ -99,10 +133,29 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             "/undo" => {
                 match undo.pop() {
                     None => errln!("nothing to undo"),
-                    Some((name, len)) => match baseline::restore(&session.sandbox, timeout, &name).await {
+                    Some((name, len, logged)) => match baseline::restore(&session.sandbox, timeout, &name)
+                        .await
+                    {
                         Ok(()) => {
-                            // The turn is taken back whole: the project and the conversation.
+                            // The turn is taken back whole: the project and the conversation
+                            // (and the environment's log).
                             messages.truncate(len);
+                            if let Some(env) = &env_name {
+                                let kept = (if logged {
+                                    crate::envs::drop_last_turn(env)
+                                } else {
+                                    Ok(())
+                                })
+                                .and_then(|()| {
+                                    crate::envs::save_conversation(&crate::envs::envs_dir()?, env, &messages)
+                                });
+                                if let Err(e) = kept {
+                                    errln!(
+                                        "agentbox: WARNING: the environment's log was not updated: {}",
+                                        escaped(&e)
+                                    );
+                                }
+                            }
                             errln!("the project is back as it was before your last request");
                         }
                         Err(e) => errln!("cannot undo: {}", escaped(&e)),
@@ -118,8 +171,9 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             _ => line,
         };
         let name = format!("turn-{}", undo.len() + 1);
+        let request = text.clone();
         match baseline::checkpoint(&session.sandbox, timeout, &name).await {
-            Ok(()) => undo.push((name, messages.len())),
+            Ok(()) => undo.push((name, messages.len(), false)),
             Err(e) => errln!("agentbox: no /undo for this request: {}", escaped(&e)),
         }
         messages.push(Message::user_text(text));
@@ -147,20 +201,41 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             });
             continue;
         };
-        match result.stop {
-            Stop::Answered(text) => outln!("\nagent> {}\n", for_terminal(text.trim())),
-            Stop::Repeating => errln!("agentbox: stopped early: the model only repeated itself"),
+        let verdict = match result.stop {
+            Stop::Answered(text) => {
+                outln!("\nagent> {}\n", for_terminal(text.trim()));
+                "answered"
+            }
+            Stop::Repeating => {
+                errln!("agentbox: stopped early: the model only repeated itself");
+                "repeating"
+            }
             Stop::StepLimit => {
                 errln!(
                     "agentbox: stopped at the step limit ({} steps) for this request",
                     settings.max_steps
                 );
                 // Leave the conversation answerable: the next message follows tool results.
+                "step_limit"
             }
             Stop::Fatal(e) => {
                 errln!("agentbox: error: {}", escaped(&e));
                 code = exit::ERROR;
                 break;
+            }
+        };
+        if let Some(env) = &env_name {
+            match keep_turn(&session, env, &request, verdict, &messages).await {
+                Ok(changed) => {
+                    env_changed = Some(changed);
+                    if let Some(last) = undo.last_mut() {
+                        last.2 = true;
+                    }
+                }
+                Err(e) => errln!(
+                    "agentbox: WARNING: this request is not in the environment's log: {}",
+                    escaped(&e)
+                ),
             }
         }
     }
@@ -172,11 +247,38 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     for w in check.iter().flat_map(|c| &c.warnings) {
         errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
     }
-    // What changed over the whole conversation, as `shell` says it.
-    for line in super::summary::changes(&args.project, false, check.as_ref()) {
-        errln!("agentbox: {}", line);
+    match &env_name {
+        Some(env) => {
+            if let Some(changed) = env_changed {
+                errln!("agentbox: {}", escaped(super::env_turn::summary(env, changed)));
+            }
+        }
+        // What changed over the whole conversation, as `shell` says it.
+        None => {
+            for line in super::summary::changes(&args.project, false, check.as_ref()) {
+                errln!("agentbox: {}", line);
+            }
+        }
     }
+    drop(env_lock);
     Ok(code)
+}
+
+/// A chat request in an environment: its checkpoint and log line, and the conversation kept.
+/// Returns how many files differ from what was first copied in.
+async fn keep_turn(
+    session: &Session,
+    env: &crate::envs::EnvName,
+    request: &str,
+    verdict: &str,
+    messages: &[Message],
+) -> anyhow::Result<usize> {
+    crate::envs::save_conversation(&crate::envs::envs_dir()?, env, messages)?;
+    let (changed, warnings) = session.keep_env_turn(request, verdict.to_string()).await?;
+    for w in &warnings {
+        errln!("agentbox: WARNING: {}", for_terminal(w));
+    }
+    Ok(changed.len())
 }
 
 /// Forget a Ctrl-C that arrived while nothing was under way (at an approval question).

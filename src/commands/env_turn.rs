@@ -97,10 +97,15 @@ impl EnvTurn {
 
     /// What the user reads at the end: where the changes are, and how to see or take them.
     pub fn summary(&self, changed: usize) -> String {
-        let n = self.name.as_str();
-        format!(
-            "{changed} file{} changed in environment {n} since it was made; see them with `agentbox env diff {n}`, take them with `agentbox env merge {n}`",
-            if changed == 1 { "" } else { "s" }
-        )
+        summary(&self.name, changed)
     }
+}
+
+/// `changed` files in environment `name`, and how to see or take them.
+pub(crate) fn summary(name: &EnvName, changed: usize) -> String {
+    let n = name.as_str();
+    format!(
+        "{changed} file{} changed in environment {n} since it was made; see them with `agentbox env diff {n}`, take them with `agentbox env merge {n}`",
+        if changed == 1 { "" } else { "s" }
+    )
 }

@@ -51,6 +51,30 @@ impl Session {
         changeset(&self.sandbox, iso, self.tool_settings.command_timeout).await
     }
 
+    /// `chat --env`: after a request, what changed since the environment was made, kept as the
+    /// turn's checkpoint, and the turn in its log. Returns the changed paths and what was not
+    /// brought back.
+    pub async fn keep_env_turn(
+        &self,
+        task: &str,
+        verdict: String,
+    ) -> Result<(Vec<String>, Vec<String>), SessionError> {
+        let Some(iso) = &self.isolation else {
+            return Err(SessionError::NotIsolated);
+        };
+        let Some(name) = &iso.settings.env else {
+            return Err(SessionError::NotIsolated);
+        };
+        let set = self.changeset().await?;
+        let mut warnings = isolate::readback::warnings(&set.skipped, isolate::readback::Limits::default());
+        if let Err(e) = crate::env_checkpoint::save_turn(name, &iso.manifest, &set, &iso.project) {
+            warnings.push(format!("no checkpoint kept for this turn: {e}"));
+        }
+        let changed: Vec<String> = set.changes.iter().map(|(c, _)| c.path.quoted()).collect();
+        crate::envs::record_turn_as(name, task, verdict, changed.clone())?;
+        Ok((changed, warnings))
+    }
+
     /// `--isolate`: the changes, the patch (from the manifest and the host's originals), and
     /// with `--apply` the changes in the project. The report's diff and file list become the
     /// host's account, including what was not brought back and why.

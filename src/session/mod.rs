@@ -110,6 +110,11 @@ impl Session {
 
     /// The conversation to keep for the next turn of an environment: the last attempt's, else
     /// (no loop ran: repair, or an error before the first turn) the history and the task.
+    /// The conversation kept by a resumed environment (`--env`), empty otherwise.
+    pub fn history(&self) -> &[Message] {
+        &self.history
+    }
+
     pub fn conversation(&self, task: &str) -> Vec<Message> {
         let kept = self.conversation.lock().ok().and_then(|mut k| k.take());
         kept.unwrap_or_else(|| {

@@ -275,7 +275,21 @@ async fn run_env_with_server(
     project: &std::path::Path,
     task: &str,
 ) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+    with_server(data, &["run", "--json"], env, server, project, &[task], "").await
+}
+
+/// `COMMAND --env ENV --base-url SERVER PROJECT ARGS...` with `input` on stdin.
+async fn with_server(
+    data: &std::path::Path,
+    command: &[&str],
+    env: &str,
+    server: &crate::support::model_server::ModelServer,
+    project: &std::path::Path,
+    args: &[&str],
+    input: &str,
+) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
         .env_remove("ANTHROPIC_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
@@ -284,21 +298,90 @@ async fn run_env_with_server(
         .env("AGENTBOX_CONFIG", "")
         .env("ANTHROPIC_API_KEY", "sk-test-env-resume")
         .env("AGENTBOX_DATA_DIR", data)
-        .args([
-            "run",
-            "--json",
-            "--env",
-            env,
-            "--base-url",
-            &server.anthropic_url(),
-        ])
+        .args(command)
+        .args(["--env", env, "--base-url", &server.anthropic_url()])
         .arg(project)
-        .arg(task)
+        .args(args)
         .current_dir(data)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("spawn agentbox")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn agentbox");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    child.wait_with_output().await.expect("agentbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_goes_on_with_a_runs_environment_and_conversation() {
+    use crate::support::model_server::{ModelServer, Reply, anthropic_turn};
+    let project = Project::new(&[("app.py", "def answer():\n    return 41\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-chat-{}", uuid::Uuid::new_v4().simple());
+    let server = ModelServer::start(vec![
+        Reply::ok(anthropic_turn(
+            "",
+            &[(
+                "edit_file",
+                serde_json::json!({"path": "app.py", "old": "return 41", "new": "return 42"}),
+            )],
+        )),
+        Reply::ok(anthropic_turn("first turn over: it returns 42", &[])),
+        Reply::ok(anthropic_turn(
+            "",
+            &[(
+                "bash",
+                serde_json::json!({"command": "grep -q 'return 42' app.py && echo seen > chat.txt"}),
+            )],
+        )),
+        Reply::ok(anthropic_turn("the chat saw it", &[])),
+    ])
+    .await;
+    let out = run_env_with_server(data.path(), &env, &server, project.path(), "make it 42").await;
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+
+    let out = with_server(
+        data.path(),
+        &["chat"],
+        &env,
+        &server,
+        project.path(),
+        &[],
+        "now look\n",
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("agent> the chat saw it"),
+        "{}\n{stderr}",
+        text(&out.stdout)
+    );
+    assert!(
+        stderr.contains(&format!("changed in environment {env}")),
+        "{stderr}"
+    );
+    // The chat's first request carried the run's conversation.
+    let requests = server.requests();
+    let sent = requests[2].body["messages"].to_string();
+    for said in ["make it 42", "first turn over", "now look"] {
+        assert!(sent.contains(said), "{said} not in {sent}");
+    }
+    assert!(!project.file("chat.txt").exists(), "the checkout is not written");
+
+    let show = text(&env_cmd(data.path(), &["show", &env]).stdout);
+    assert!(show.contains("turn 2") && show.contains("now look"), "{show}");
+    assert!(
+        show.contains("verdict: answered") && show.contains("chat.txt"),
+        "{show}"
+    );
+    let kept =
+        std::fs::read_to_string(data.path().join("envs").join(&env).join("conversation.json")).unwrap();
+    assert!(kept.contains("the chat saw it"), "{kept}");
+    let rm = env_cmd(data.path(), &["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
