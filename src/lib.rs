@@ -17,6 +17,7 @@ pub mod env_branch;
 pub mod env_checkpoint;
 pub mod env_fork;
 pub mod env_merge;
+pub mod env_view;
 pub mod envs;
 pub mod eval;
 pub mod events;

@@ -130,6 +130,16 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+            // The caches of its view (setup on its own manifests), each with its commit marker.
+            let view = crate::env_view::view_dir(&base, &n).display().to_string();
+            for (cache, of) in crate::sandbox::caches::list(&docker).await? {
+                if of == view && !crate::sandbox::caches::remove(&docker, &cache).await {
+                    errln!(
+                        "agentbox: WARNING: the cache {} is in use and was left; `agentbox gc --caches` removes it later",
+                        escaped(&cache)
+                    );
+                }
+            }
             if record.is_some() {
                 EnvRecord::remove(&base, &n)?;
             }

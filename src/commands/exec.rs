@@ -59,7 +59,14 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     };
     // The environment `run` gives the agent: setup (or its cache) before the sandbox.
     let copied = env.is_some() || super::copy_for_remote_engine(&args.project);
-    let _prepared = super::prepare_environment(&setup, copied, &mut cfg, &args.project, Vec::new()).await?;
+    let _prepared = super::prepare_environment(
+        &setup,
+        (copied, env.as_ref().map(|e| &e.name)),
+        &mut cfg,
+        &args.project,
+        Vec::new(),
+    )
+    .await?;
     let published = super::publish::Published::start(&args.publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let mut gateway = super::gateway::ModelGateway::start(&args.gateway, false)?;

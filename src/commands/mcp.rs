@@ -262,7 +262,7 @@ async fn open_inner(
 ) -> anyhow::Result<(Ready, Kept)> {
     let prepared = super::prepare_environment(
         &env.setup,
-        env.isolate.is_some() || env.env.is_some(),
+        (env.isolate.is_some(), env.env.as_ref()),
         &mut env.cfg,
         &env.project,
         vec![Box::new(log)],

@@ -20,15 +20,20 @@ pub mod summary;
 /// `shell`, `mcp`): the setup phase (or its cache) with `setup` (the flags as given, or as an
 /// `--env` environment was made with), quiet when there is nothing to install; with `copied`
 /// (the project is only read, or copied in) setup works on a copy. `cfg` gains what the sandbox
-/// mounts; the result lives as long as the sandbox.
+/// mounts; the result lives as long as the sandbox. With `env`, setup reads that environment's
+/// manifests where its turns changed them (`env_view`).
 pub(crate) async fn prepare_environment(
     setup: &crate::config::SetupSettings,
-    copied: bool,
+    (copied, env): (bool, Option<&crate::envs::EnvName>),
     cfg: &mut crate::config::SandboxConfig,
     project: &std::path::Path,
     also: Vec<Box<dyn crate::events::EventSink>>,
 ) -> anyhow::Result<crate::session::setup_phase::Prepared> {
-    let copy = copied.then(crate::config::IsolateSettings::default);
+    // An environment's setup reads the environment's manifests.
+    let copy = (copied || env.is_some()).then(|| crate::config::IsolateSettings {
+        env: env.cloned(),
+        ..Default::default()
+    });
     let scope = crate::session::setup_phase::Scope {
         setup,
         isolate: copy.as_ref(),

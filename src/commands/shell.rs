@@ -89,7 +89,14 @@ pub async fn interactive(
     // --isolate, --read-only or --env the project is only read: setup works on a copy of its
     // own.
     let copied = options.isolate.is_some() || options.read_only || env.is_some();
-    let _prepared = super::prepare_environment(&setup, copied, &mut cfg, project, Vec::new()).await?;
+    let _prepared = super::prepare_environment(
+        &setup,
+        (copied, env.as_ref().map(|e| &e.name)),
+        &mut cfg,
+        project,
+        Vec::new(),
+    )
+    .await?;
     let published = super::publish::Published::start(publish)?;
     cfg.extras.forwards.extend(published.forwards());
     let gateway = super::gateway::ModelGateway::start(&options.gateway, false)?;

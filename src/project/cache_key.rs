@@ -66,6 +66,18 @@ const TREE_MANIFESTS: &[&str] = &[
     "setup.py",
 ];
 
+/// Whether setup reads the file at `rel` (a path from the root) to decide what it installs: a
+/// root manifest, lockfile or package-manager configuration, a manifest anywhere in the tree,
+/// a requirements or constraints file. (Where setup runs the project's own code it may read
+/// any file; this is what decides *what* is installed.)
+pub fn is_setup_input(rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    ROOT_FILES.contains(&rel)
+        || TREE_MANIFESTS.contains(&name)
+        || ((name.ends_with(".txt") || name.ends_with(".in"))
+            && (rel.contains("requirements") || rel.contains("constraints")))
+}
+
 /// Entries one walk looks at, at most.
 const MAX_ENTRIES: usize = 50_000;
 /// Includes followed from one requirements file, at most this deep; files read, at most.

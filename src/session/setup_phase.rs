@@ -159,6 +159,38 @@ pub async fn run(
 ) -> Result<SetupOutcome, SetupError> {
     let mut outcome = SetupOutcome::default();
     let setup = settings.setup;
+    // An environment's setup reads the environment's manifests where its turns changed them.
+    let view = match settings.isolate.and_then(|i| i.env.clone()) {
+        Some(name) if !setup.disabled => {
+            let root = project.to_path_buf();
+            let made = tokio::task::spawn_blocking(move || crate::env_view::for_setup(&name, &root))
+                .await
+                .map_err(|e| SetupError::Copy(e.to_string()))?;
+            match made {
+                Ok(view) => view,
+                Err(e) => {
+                    note(
+                        events,
+                        format!(
+                            "setup: WARNING: the environment's manifests could not be read ({e}): setup reads the project's"
+                        ),
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    if let Some(v) = &view {
+        note(
+            events,
+            format!(
+                "setup: the environment changed what setup reads: setup works on its version of the project ({})",
+                v.display()
+            ),
+        );
+    }
+    let project = view.as_deref().unwrap_or(project);
     let root = project.to_path_buf();
     let detection = tokio::task::spawn_blocking(move || crate::project::detect(&root))
         .await

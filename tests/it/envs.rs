@@ -773,3 +773,72 @@ fn exec_works_in_an_environment_and_logs_each_command_as_a_turn() {
     let rm = env_cmd(data.path(), &["rm", &env]);
     assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_reads_the_environments_manifests_once_its_turns_changed_them() {
+    let docker = docker().await;
+    let project = Project::new(&[("app.py", "x = 1\n"), ("requirements.txt", "as-checked-out\n")]);
+    let data = tempfile::tempdir().unwrap();
+    let env = format!("it-view-{}", uuid::Uuid::new_v4().simple());
+    let run_with_setup = |turns: serde_json::Value, file: &str| {
+        let script = script(data.path(), file, serde_json::json!({ "turns": turns }));
+        let mut cmd = agentbox();
+        cmd.env("AGENTBOX_DATA_DIR", data.path())
+            .args(["run", "--json", "--env", &env, "--script", &script])
+            .args(["--setup", "cp requirements.txt /opt/agentbox-deps/seen"])
+            .arg(project.path())
+            .arg("go")
+            .current_dir(data.path())
+            .stdin(std::process::Stdio::null());
+        run(&mut cmd)
+    };
+    let bash = |command: &str| {
+        serde_json::json!([
+            {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]},
+            {"text": "done"}
+        ])
+    };
+    // Turn 1: setup saw the project's requirements; the agent changes them in its copy.
+    let first = run_with_setup(
+        bash("cat /opt/agentbox-deps/seen && echo as-the-env-has-it > requirements.txt"),
+        "one.json",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap_or_default();
+    assert!(
+        report.to_string().contains("as-checked-out"),
+        "{}",
+        text(&first.stderr)
+    );
+
+    // Turn 2: setup read the environment's requirements, not the checkout's.
+    let second = run_with_setup(bash("cat /opt/agentbox-deps/seen"), "two.json");
+    let stderr = text(&second.stderr);
+    assert!(
+        stderr.contains("the environment changed what setup reads"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap_or_default();
+    let said = report.to_string();
+    assert!(said.contains("as-the-env-has-it\\n"), "{said}\n{stderr}");
+    assert_eq!(project.read("requirements.txt"), "as-checked-out\n");
+
+    // `env rm` takes the view's cache with it.
+    let view = data.path().join("envs").join(&env).join("view");
+    let of_view = |caches: Vec<(String, String)>| {
+        caches
+            .into_iter()
+            .filter(|(_, of)| *of == view.display().to_string())
+            .count()
+    };
+    assert!(of_view(agentbox::sandbox::caches::list(&docker).await.unwrap()) > 0);
+    let rm = env_cmd(data.path(), &["rm", &env]);
+    assert_eq!(rm.status.code(), Some(0), "{}", text(&rm.stderr));
+    assert_eq!(
+        of_view(agentbox::sandbox::caches::list(&docker).await.unwrap()),
+        0
+    );
+    // The project's own cache stays the project's.
+    let mut gc = agentbox();
+    gc.args(["gc", "--caches", "--project"]).arg(project.path());
+    assert!(run(&mut gc).status.success());
+}
