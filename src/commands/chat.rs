@@ -42,7 +42,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     if let Some(name) = &args.env {
         let name = crate::envs::EnvName::parse(name).map_err(|e| crate::config::UsageError(e.to_string()))?;
         env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
-        made_here = super::env_turn::keep_flags(&mut settings.setup, &name)?;
+        made_here = super::env_turn::keep_flags(&mut settings.setup, &mut settings.sandbox, &name)?;
         settings.isolate = Some(crate::config::IsolateSettings {
             exclude: Vec::new(),
             patch: None,

@@ -16,13 +16,32 @@ pub(crate) fn given_flags(setup: &SetupSettings) -> Flags {
 }
 
 /// A resumed environment's flags: those it was made with unless given again; given wider ones
-/// are the user's to ask for, and said once on stderr. Whether the environment is new.
-pub(crate) fn keep_flags(setup: &mut SetupSettings, name: &EnvName) -> anyhow::Result<bool> {
+/// are the user's to ask for, and said once on stderr. Its image likewise: the one it was made
+/// with unless one is given. Whether the environment is new.
+pub(crate) fn keep_flags(
+    setup: &mut SetupSettings,
+    sandbox: &mut crate::config::SandboxConfig,
+    name: &EnvName,
+) -> anyhow::Result<bool> {
     let record = match crate::envs::EnvRecord::load(&crate::envs::envs_dir()?, name) {
         Ok(r) => r,
         Err(crate::envs::EnvError::NotFound(_)) => return Ok(true),
         Err(e) => return Err(e.into()),
     };
+    match &sandbox.image_source {
+        None => {
+            sandbox.image = record.image.clone();
+            sandbox.image_source = Some(format!("environment {name}"));
+        }
+        Some(source) if sandbox.image != record.image => errln!(
+            "environment {} was made with the image {}; this run uses {} ({})",
+            escaped(name.as_str()),
+            escaped(&record.image),
+            escaped(&sandbox.image),
+            escaped(source)
+        ),
+        Some(_) => {}
+    }
     let kept = Flags::of(&record);
     let given = given_flags(setup);
     let wider = kept.widened_by(&given);
@@ -65,12 +84,16 @@ pub(crate) struct EnvTurn {
 }
 
 impl EnvTurn {
-    /// Checked, locked (refused while another process works in it), and `setup` given the
-    /// flags it was made with unless they are given again.
-    pub fn begin(name: &str, setup: &mut SetupSettings) -> anyhow::Result<EnvTurn> {
+    /// Checked, locked (refused while another process works in it), and `setup` and `sandbox`
+    /// given the flags and image it was made with unless they are given again.
+    pub fn begin(
+        name: &str,
+        setup: &mut SetupSettings,
+        sandbox: &mut crate::config::SandboxConfig,
+    ) -> anyhow::Result<EnvTurn> {
         let name = EnvName::parse(name).map_err(|e| crate::config::UsageError(e.to_string()))?;
         let lock = crate::envs::lock(&crate::envs::envs_dir()?, &name)?;
-        let made_here = keep_flags(setup, &name)?;
+        let made_here = keep_flags(setup, sandbox, &name)?;
         Ok(EnvTurn {
             name,
             made_here,

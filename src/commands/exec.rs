@@ -50,13 +50,13 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         );
         return Ok(crate::exit::USAGE);
     }
-    choose_image_quietly(&mut cfg, &args.project).await?;
     let mut setup = crate::config::SetupSettings::from_args(&args.setup)?;
-    // Locked before its setup, which the flags it was made with decide.
+    // Locked before its image and setup, which what it was made with decides.
     let env = match &args.env {
-        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup, &mut cfg)?),
         None => None,
     };
+    choose_image_quietly(&mut cfg, &args.project).await?;
     // The environment `run` gives the agent: setup (or its cache) before the sandbox.
     let copied = env.is_some() || super::copy_for_remote_engine(&args.project);
     let _prepared = super::prepare_environment(

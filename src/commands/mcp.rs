@@ -21,7 +21,7 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let mut setup = crate::config::SetupSettings::from_args(&args.setup)?;
     // Held for the whole session; its flags decide the setup.
     let env_turn = match &args.env {
-        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup, &mut cfg)?),
         None => None,
     };
     let cleanup_claims = cleanup.clone();

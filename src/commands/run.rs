@@ -54,7 +54,7 @@ pub async fn run(args: RunArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     let made_here = match settings.isolate.as_ref().and_then(|i| i.env.clone()) {
         Some(name) => {
             _env_lock = Some(crate::envs::lock(&crate::envs::envs_dir()?, &name)?);
-            super::env_turn::keep_flags(&mut settings.setup, &name)?
+            super::env_turn::keep_flags(&mut settings.setup, &mut settings.sandbox, &name)?
         }
         None => false,
     };

@@ -78,13 +78,13 @@ pub async fn interactive(
     }
     let mut cfg = SandboxConfig::from_args(sandbox_args)?;
     cfg.cleanup = cleanup;
-    super::exec::choose_image_quietly(&mut cfg, project).await?;
     let mut setup = crate::config::SetupSettings::from_args(setup_args)?;
-    // Locked before its setup, which the flags it was made with decide.
+    // Locked before its image and setup, which what it was made with decides.
     let env = match &options.env {
-        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup)?),
+        Some(name) => Some(super::env_turn::EnvTurn::begin(name, &mut setup, &mut cfg)?),
         None => None,
     };
+    super::exec::choose_image_quietly(&mut cfg, project).await?;
     // The environment `run` gives the agent: setup (or its cache) before the sandbox. With
     // --isolate, --read-only or --env the project is only read: setup works on a copy of its
     // own.

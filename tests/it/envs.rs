@@ -746,7 +746,14 @@ fn exec_works_in_an_environment_and_logs_each_command_as_a_turn() {
             .stdin(std::process::Stdio::null());
         run(&mut c)
     };
-    let first = exec(&["sh", "-c", "echo kept > notes.txt"]);
+    // Made with an image the project would not get by itself; resumed with it.
+    let mut made = agentbox();
+    made.env("AGENTBOX_DATA_DIR", data.path())
+        .args(["exec", "--image", "agentbox/node:1", "--env", &env])
+        .arg(project.path())
+        .args(["--", "sh", "-c", "echo kept > notes.txt"])
+        .stdin(std::process::Stdio::null());
+    let first = run(&mut made);
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
     assert!(
         text(&first.stderr).contains(&format!("1 file changed in environment {env}")),
@@ -755,14 +762,22 @@ fn exec_works_in_an_environment_and_logs_each_command_as_a_turn() {
     );
     assert!(!project.file("notes.txt").exists(), "the checkout is not written");
 
-    let second = exec(&["cat", "notes.txt"]);
-    assert_eq!(text(&second.stdout), "kept\n", "{}", text(&second.stderr));
+    let second = exec(&["sh", "-c", "cat notes.txt; command -v node"]);
+    assert_eq!(
+        text(&second.stdout),
+        "kept\n/usr/bin/node\n",
+        "{}",
+        text(&second.stderr)
+    );
     let failed = exec(&["sh", "-c", "exit 3"]);
     assert_eq!(failed.status.code(), Some(3));
 
     let show = text(&env_cmd(data.path(), &["show", &env]).stdout);
     assert!(show.contains("exec: sh -c echo kept > notes.txt"), "{show}");
-    assert!(show.contains("exec: cat notes.txt"), "{show}");
+    assert!(
+        show.contains("exec: sh -c cat notes.txt; command -v node"),
+        "{show}"
+    );
     assert!(show.contains("verdict: exit 3"), "{show}");
     let diff = text(&env_cmd(data.path(), &["diff", &env]).stdout);
     assert!(
