@@ -846,6 +846,120 @@ async fn big_repo(n: usize) {
     sb.shutdown().await.unwrap();
 }
 
+/// 500 directories of 100 small Python files each under `dir`.
+fn fifty_thousand_files(dir: &Path) {
+    for d in 0..500 {
+        let sub = dir.join(format!("pkg{d:03}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..100 {
+            std::fs::write(
+                sub.join(format!("mod{f:03}.py")),
+                format!("value_{d}_{f} = {f}\n"),
+            )
+            .unwrap();
+        }
+    }
+}
+
+/// Named environments of a 50 000-file project (`-- envs`), `n` rounds, each on environments of
+/// its own: the first `exec --env` (the copy in), a resumed one (`true`), a turn changing 100
+/// files, `env diff`, `env fork`, `env rewind 0`, `env merge` into the project, `env rm`; then
+/// the disk one environment takes (its volume, its directory of record, manifest, checkpoints).
+fn envs(n: usize) {
+    let project = tempfile::Builder::new()
+        .prefix("agentbox-bench-envs-")
+        .tempdir()
+        .unwrap();
+    fifty_thousand_files(project.path());
+    let data = tempfile::tempdir().unwrap();
+    let agentbox = |args: &[&str]| {
+        let t = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_agentbox"))
+            .env("AGENTBOX_CONFIG", "")
+            .env("AGENTBOX_DATA_DIR", data.path())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (t.elapsed().as_secs_f64(), out.stdout)
+    };
+    let p = project.path().to_str().unwrap().to_string();
+    let change = "for d in $(seq 0 99); do echo changed > $(printf pkg%03d/mod000.py $d); done";
+    let mut rows: Vec<(&str, Vec<f64>)> = [
+        "env: first exec --env (copy 50 000 files in) -- true",
+        "env: resumed exec --env -- true",
+        "env: a turn changing 100 files (exec --env)",
+        "env diff (100 files)",
+        "env fork",
+        "env rewind NAME 0 (100 files)",
+        "env merge into the project (100 files)",
+    ]
+    .into_iter()
+    .map(|r| (r, Vec::new()))
+    .collect();
+    let (mut volume_kb, mut dir_kb) = (0.0, 0.0);
+    for i in 0..n {
+        let (env, fork) = (format!("bench-{i}"), format!("bench-{i}-fork"));
+        let exec = |cmd: &str| agentbox(&["exec", "--env", &env, &p, "--", "sh", "-c", cmd]).0;
+        rows[0].1.push(exec("true"));
+        rows[1].1.push(exec("true"));
+        rows[2].1.push(exec(change));
+        rows[3].1.push(agentbox(&["env", "diff", &env]).0);
+        rows[4].1.push(agentbox(&["env", "fork", &env, &fork]).0);
+        rows[5].1.push(agentbox(&["env", "rewind", &fork, "0"]).0);
+        let (_, du) = agentbox(&["exec", "--env", &env, &p, "--", "du", "-sk", "."]);
+        volume_kb = String::from_utf8_lossy(&du)
+            .split_whitespace()
+            .next()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(0.0);
+        let du = Command::new("du")
+            .args(["-sk"])
+            .arg(data.path().join("envs").join(&env))
+            .output()
+            .unwrap();
+        dir_kb = String::from_utf8_lossy(&du.stdout)
+            .split_whitespace()
+            .next()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(0.0);
+        rows[6].1.push(agentbox(&["env", "merge", &env]).0);
+        // The project back as it was, for the next round.
+        let back = Command::new("sh")
+            .args([
+                "-c",
+                "for d in $(seq 0 99); do printf 'value_%d_0 = 0\\n' $d > $(printf pkg%03d/mod000.py $d); done",
+            ])
+            .current_dir(project.path())
+            .status()
+            .unwrap();
+        assert!(back.success());
+        for e in [&env, &fork] {
+            agentbox(&["env", "rm", e]);
+        }
+    }
+    for (label, xs) in rows {
+        row(label, &stats(xs), "s", "50 000 files, 2 MB");
+    }
+    row(
+        "env: its volume (the project's copy, after the turn)",
+        &stats(vec![volume_kb / 1024.0]),
+        "MB",
+        "du -sk in the sandbox",
+    );
+    row(
+        "env: its directory (record, manifest, 1 checkpoint, blobs)",
+        &stats(vec![dir_kb / 1024.0]),
+        "MB",
+        "du -sk of envs/NAME",
+    );
+}
+
 /// `agentbox eval` with the scripted provider over the example Python tasks (twice over, so 16
 /// jobs have work): tasks per minute at 1, 4 and 16 jobs.
 fn eval_throughput() {
@@ -1290,6 +1404,11 @@ async fn main() {
     // `-- publish`: a published port's added latency and its throughput, against loopback.
     if args.iter().any(|a| a == "publish") {
         return publish(if quick { 50 } else { 300 }, if quick { 2 } else { 5 }).await;
+    }
+    // `-- envs`: named environments of a 50 000-file project: made, resumed, forked, diffed,
+    // merged, rewound, and what one costs on disk.
+    if args.iter().any(|a| a == "envs") {
+        return envs(if quick { 2 } else { 5 });
     }
     // `-- gateway`: the model gateway's added latency per request, on loopback.
     if args.iter().any(|a| a == "gateway") {

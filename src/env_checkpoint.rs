@@ -195,11 +195,26 @@ pub fn truncate(base: &Path, name: &EnvName, turn: usize) -> Result<(), EnvError
     Ok(())
 }
 
+/// `chat`'s `/undo` in an environment: its last turn taken out of the log, with its checkpoint.
+pub fn drop_last_turn(name: &EnvName) -> Result<(), EnvError> {
+    let base = crate::envs::envs_dir()?;
+    let mut record = crate::envs::EnvRecord::load(&base, name)?;
+    record.turns.pop();
+    record.last_used = crate::envs::now();
+    record.save(&base)?;
+    truncate(&base, name, record.turns.len())
+}
+
+/// `merged.json`, beside the record: the state the last `env merge` brought into the project.
+pub fn merged_path(base: &Path, name: &EnvName) -> PathBuf {
+    dir(base, name).join("merged.json")
+}
+
 /// `env fork`: `from`'s checkpoints and blobs, copied under `to`.
 pub fn copy_checkpoints(base: &Path, from: &EnvName, to: &EnvName) -> Result<(), EnvError> {
-    let merged = crate::env_merge::merged_path(base, from);
+    let merged = merged_path(base, from);
     match std::fs::read(&merged) {
-        Ok(data) => crate::envs::write_atomic(&crate::env_merge::merged_path(base, to), &data)?,
+        Ok(data) => crate::envs::write_atomic(&merged_path(base, to), &data)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("read", &merged)(e)),
     }

@@ -9,9 +9,9 @@
 //! since the first, and merging twice brings nothing.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::env_checkpoint::{Checkpoint, RewindError};
+use crate::env_checkpoint::{Checkpoint, RewindError, merged_path};
 use crate::envs::{EnvError, EnvName, EnvRecord};
 use crate::hostfs::isolate::{self, Change, ChangeKind, Content, Entry, Manifest, RelPath};
 
@@ -37,11 +37,6 @@ pub enum MergeError {
     },
     #[error("merging was interrupted: {0}")]
     Join(#[from] tokio::task::JoinError),
-}
-
-/// `merged.json`, beside the record: the state the last merge brought into the project.
-pub fn merged_path(base: &Path, name: &EnvName) -> PathBuf {
-    base.join(name.as_str()).join("merged.json")
 }
 
 /// What the last merge wrote (empty before any).

@@ -421,16 +421,6 @@ pub fn record_turn(name: &EnvName, task: &str, report: &crate::report::Report) -
     record_turn_as(name, task, verdict, changed)
 }
 
-/// `chat`'s `/undo` in an environment: its last turn taken out of the log, with its checkpoint.
-pub fn drop_last_turn(name: &EnvName) -> Result<(), EnvError> {
-    let base = envs_dir()?;
-    let mut record = EnvRecord::load(&base, name)?;
-    record.turns.pop();
-    record.last_used = now();
-    record.save(&base)?;
-    crate::env_checkpoint::truncate(&base, name, record.turns.len())
-}
-
 /// A turn in `name`'s log, whatever its end (an error's message is its verdict).
 pub fn record_turn_as(
     name: &EnvName,

@@ -142,7 +142,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
                             messages.truncate(len);
                             if let Some(env) = &env_name {
                                 let kept = (if logged {
-                                    crate::envs::drop_last_turn(env)
+                                    crate::env_checkpoint::drop_last_turn(env)
                                 } else {
                                     Ok(())
                                 })
