@@ -122,7 +122,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum EnvCommand {
-    /// Every environment: name, project, created, last used, turns.
+    /// Every environment: name, project, created, last used, turns, paths changed, bytes kept
+    /// on the host (record, manifest, checkpoints).
     List,
     /// An environment's log of turns: task, verdict, changed files.
     Show { name: String },

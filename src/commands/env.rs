@@ -9,6 +9,21 @@ fn name(n: &str) -> Result<EnvName, UsageError> {
     EnvName::parse(n).map_err(|e| UsageError(e.to_string()))
 }
 
+/// Bytes of the files under `dir` (not following links); what cannot be read counts nothing.
+fn disk_use(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => disk_use(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// `n` when it has a record (taking its lock would otherwise make its directory).
 fn existing(base: &std::path::Path, n: &EnvName) -> Result<EnvName, crate::envs::EnvError> {
     EnvRecord::load(base, n).map(|r| r.name)
@@ -28,14 +43,20 @@ pub async fn run(command: EnvCommand, cleanup: &crate::sandbox::Cleanup) -> anyh
                 outln!("no environments");
             }
             for r in records {
+                // What its last checkpoint holds; unreadable, it is said as unknown.
+                let changes = crate::env_checkpoint::latest(&base, &r.name)
+                    .map(|(_, cp)| (cp.changed.entries.len() + cp.deleted.entries.len()).to_string())
+                    .unwrap_or_else(|_| "?".into());
                 outln!(
-                    "{}\t{}\tcreated {}\tlast used {}\t{} turn{}",
+                    "{}\t{}\tcreated {}\tlast used {}\t{} turn{}\t{} changed\t{} on the host",
                     escaped(r.name.as_str()),
                     escaped(r.project.display().to_string()),
                     escaped(when(r.created)),
                     escaped(when(r.last_used)),
                     r.turns.len(),
-                    if r.turns.len() == 1 { "" } else { "s" }
+                    if r.turns.len() == 1 { "" } else { "s" },
+                    escaped(changes),
+                    escaped(crate::hostfs::human_bytes(disk_use(&base.join(r.name.as_str())))),
                 );
             }
         }

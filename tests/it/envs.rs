@@ -166,7 +166,11 @@ async fn run_then_resume_in_the_same_copy() {
     };
     let list = env_cmd(&["list"]);
     assert!(text(&list.stdout).contains(&env), "{}", text(&list.stderr));
-    assert!(text(&list.stdout).contains("2 turns"), "{}", text(&list.stdout));
+    assert!(
+        text(&list.stdout).contains("2 turns\t2 changed\t"),
+        "{}",
+        text(&list.stdout)
+    );
     let show = text(&env_cmd(&["show", &env]).stdout);
     assert!(
         show.contains("make it 42") && show.contains("look again"),
