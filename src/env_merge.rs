@@ -90,7 +90,13 @@ pub fn changes_between(
     let mut out = Vec::new();
     for p in paths {
         let (was, now) = (at(manifest, base, p), at(manifest, want, p));
-        if same(was, now) || matches!(was, Some(Entry::Dir)) || matches!(now, Some(Entry::Dir)) {
+        // A directory is made by writing a file under it; a directory that became a file or a
+        // link is a change (which `apply` refuses while the host has the directory), never
+        // dropped: a merge that skipped it would record as merged what it never wrote.
+        if same(was, now)
+            || matches!(now, Some(Entry::Dir))
+            || (matches!(was, Some(Entry::Dir)) && now.is_none())
+        {
             continue;
         }
         let status = match (was, now) {
@@ -193,12 +199,24 @@ pub async fn merge(
         pending.base.clone(),
         pending.changes.clone(),
     );
-    let applied = tokio::task::spawn_blocking(move || {
+    let json = serde_json::to_vec(&pending.latest).map_err(|source| EnvError::Record {
+        path: merged_path(base_dir, name).display().to_string(),
+        source,
+    })?;
+    let merged = merged_path(base_dir, name);
+    // The new merge base in the same critical section as the writes: an interruption finds
+    // both done or neither.
+    let (applied, kept) = tokio::task::spawn_blocking(move || {
         let _held = cleanup.critical();
-        isolate::apply(&project, &base, &changes)
+        let applied = isolate::apply(&project, &base, &changes);
+        let kept = match &applied {
+            Ok(_) => crate::envs::write_atomic(&merged, &json),
+            Err(_) => Ok(()),
+        };
+        (applied, kept)
     })
-    .await?
-    .map_err(|e| MergeError::Apply {
+    .await?;
+    let applied = applied.map_err(|e| MergeError::Apply {
         project: pending.record.project.display().to_string(),
         name: name.to_string(),
         reason: match e {
@@ -206,11 +224,7 @@ pub async fn merge(
             other => other.to_string(),
         },
     })?;
-    let json = serde_json::to_vec(&pending.latest).map_err(|source| EnvError::Record {
-        path: merged_path(base_dir, name).display().to_string(),
-        source,
-    })?;
-    crate::envs::write_atomic(&merged_path(base_dir, name), &json)?;
+    kept?;
     Ok((pending, applied))
 }
 
@@ -315,6 +329,23 @@ mod tests {
         assert_eq!(
             shown(&changes_between(b, &name, &manifest, &Checkpoint::default(), &chmod).unwrap()),
             ["Modified a.py a0"]
+        );
+    }
+
+    #[test]
+    fn a_directory_that_became_a_file_is_a_change_not_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = EnvName::parse("e").unwrap();
+        let b = tmp.path();
+        let mut manifest = Manifest::default();
+        manifest.entries.insert(rel("lib"), Entry::Dir);
+        manifest
+            .entries
+            .insert(rel("lib/a.py"), file(b, &name, b"a", 0o644));
+        let want = state(&[("lib", file(b, &name, b"x", 0o644))], &["lib/a.py"]);
+        assert_eq!(
+            shown(&changes_between(b, &name, &manifest, &Checkpoint::default(), &want).unwrap()),
+            ["TypeChanged lib x", "Deleted lib/a.py -"]
         );
     }
 

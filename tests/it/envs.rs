@@ -693,6 +693,14 @@ async fn a_named_run_stopped_by(signal: i32) {
         .expect("agentbox did not exit after the signal")
         .unwrap();
     assert!(out.status.code() != Some(0), "{}", text(&out.stderr));
+    if signal != libc::SIGKILL {
+        // An interrupted run removes its own container: no `gc` needed.
+        let gone = eventually(Duration::from_secs(30), || async {
+            containers_of_pid(&docker, pid).await == 0
+        })
+        .await;
+        assert!(gone, "a container of the interrupted run is left");
+    }
     // What the killed process could not remove, `gc` does; the environment's volume stays.
     assert_eq!(run(agentbox().arg("gc")).status.code(), Some(0));
     let gone = eventually(Duration::from_secs(30), || async {

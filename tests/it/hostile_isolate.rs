@@ -691,7 +691,9 @@ async fn a_link_leading_out_of_the_project_is_left_out_of_the_copy_and_said() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn env_merge_refuses_links_out_and_files_not_brought_back_and_never_makes_a_fifo() {
     // (command, why the merge is refused or None when it merges, paths never made on the host)
-    let cases: [(&str, Option<&str>, &[&str]); 4] = [
+    let cases: [(&str, Option<&str>, &[&str]); 5] = [
+        // A directory that became a file: refused, never half merged.
+        ("rm -r lib && echo x > lib", Some("lib"), &[]),
         // Inside each by itself, outside followed through each other.
         (
             "mkdir sub && ln -s .. sub/b && ln -s b/.. sub/c && ln -s c/SECRET sub/z",
@@ -706,7 +708,11 @@ async fn env_merge_refuses_links_out_and_files_not_brought_back_and_never_makes_
         ("mkfifo pipe", None, &["pipe"]),
     ];
     for (command, refused, not_written) in cases {
-        let (_outer, project) = project_beside_a_secret(&[("app.py", "x = 1\n"), ("notes.txt", "n\n")]);
+        let (_outer, project) = project_beside_a_secret(&[
+            ("app.py", "x = 1\n"),
+            ("notes.txt", "n\n"),
+            ("lib/keep.txt", "k\n"),
+        ]);
         project.chown_all();
         let env = format!("it-hostile-{}", uuid::Uuid::new_v4().simple());
         let run = finish(spawn_run(
@@ -736,6 +742,7 @@ async fn env_merge_refuses_links_out_and_files_not_brought_back_and_never_makes_
                 );
                 assert_eq!(project.read("app.py"), "x = 1\n", "{command}: all or nothing");
                 assert_eq!(project.read("notes.txt"), "n\n", "{command}");
+                assert_eq!(project.read("lib/keep.txt"), "k\n", "{command}");
             }
             None => {
                 assert_eq!(merged.status.code(), Some(0), "{command}: {stderr}");
