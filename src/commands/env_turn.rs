@@ -118,6 +118,41 @@ impl EnvTurn {
         }
     }
 
+    /// The turn is over: what the read-back `kept` (changed paths, warnings) said on stderr
+    /// after `lead` ("" or "sandbox removed; "), and the turn logged with `verdict` (an error's
+    /// message when the changes could not be told).
+    pub fn close(
+        &self,
+        setup: &SetupSettings,
+        task: &str,
+        verdict: String,
+        kept: Result<(Vec<String>, Vec<String>), crate::session::SessionError>,
+        lead: &str,
+    ) {
+        match kept {
+            Ok((changed, warnings)) => {
+                for w in &warnings {
+                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
+                }
+                errln!(
+                    "agentbox: {}{}",
+                    escaped(lead),
+                    escaped(self.summary(changed.len()))
+                );
+                self.end(setup, task, verdict, changed);
+            }
+            Err(e) => {
+                errln!(
+                    "agentbox: {}cannot tell what changed in environment {}: {}",
+                    escaped(lead),
+                    escaped(self.name.as_str()),
+                    escaped(&e)
+                );
+                self.end(setup, task, format!("error: {e}"), Vec::new());
+            }
+        }
+    }
+
     /// What the user reads at the end: where the changes are, and how to see or take them.
     pub fn summary(&self, changed: usize) -> String {
         summary(&self.name, changed)

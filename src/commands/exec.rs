@@ -161,23 +161,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             Ok(_) => format!("exit {code}"),
             Err(e) => format!("error: {e}"),
         };
-        match kept {
-            Ok((changed, warnings)) => {
-                for w in &warnings {
-                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
-                }
-                errln!("agentbox: {}", crate::output::escaped(env.summary(changed.len())));
-                env.end(&setup, &task, verdict, changed);
-            }
-            Err(e) => {
-                errln!(
-                    "agentbox: cannot tell what changed in environment {}: {}",
-                    crate::output::escaped(env.name.as_str()),
-                    crate::output::escaped(&e)
-                );
-                env.end(&setup, &task, format!("error: {e}"), Vec::new());
-            }
-        }
+        env.close(&setup, &task, verdict, kept, "");
     }
     crate::output::end_stdout();
     tracing::debug!(step = "result written", "result written");

@@ -141,23 +141,8 @@ pub async fn run(args: McpArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         // Nothing may write while the changes are read back.
         let _ = sandbox.interrupt().await;
         let task = "mcp session";
-        match copy.finish_env(sandbox, timeout).await {
-            Ok((changed, warnings)) => {
-                for w in &warnings {
-                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
-                }
-                errln!("agentbox: {}", crate::output::escaped(env.summary(changed.len())));
-                env.end(&setup, task, "ended".into(), changed);
-            }
-            Err(e) => {
-                errln!(
-                    "agentbox: cannot tell what changed in environment {}: {}",
-                    crate::output::escaped(env.name.as_str()),
-                    crate::output::escaped(&e)
-                );
-                env.end(&setup, task, format!("error: {e}"), Vec::new());
-            }
-        }
+        let kept = copy.finish_env(sandbox, timeout).await;
+        env.close(&setup, task, "ended".into(), kept, "");
     } else if let Some(copy) = &copy {
         // Nothing may write while the changes are read back.
         let _ = sandbox.interrupt().await;

@@ -206,26 +206,7 @@ pub async fn interactive(
     };
     if let (Some(env), Some(kept)) = (&env, kept) {
         let task = format!("shell: {}", command.join(" "));
-        match kept {
-            Ok((changed, warnings)) => {
-                for w in &warnings {
-                    errln!("agentbox: WARNING: {}", crate::events::for_terminal(w));
-                }
-                errln!(
-                    "agentbox: sandbox removed; {}",
-                    crate::output::escaped(env.summary(changed.len()))
-                );
-                env.end(&setup, &task, said, changed);
-            }
-            Err(e) => {
-                errln!(
-                    "agentbox: sandbox removed; cannot tell what changed in environment {}: {}",
-                    crate::output::escaped(env.name.as_str()),
-                    crate::output::escaped(&e)
-                );
-                env.end(&setup, &task, format!("error: {e}"), Vec::new());
-            }
-        }
+        env.close(&setup, &task, said, kept, "sandbox removed; ");
     }
     match patch {
         None if env.is_some() => {}
