@@ -691,9 +691,19 @@ pub struct AgentArgs {
     #[arg(help_heading = "Strategy", long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
     pub repair_rounds: u32,
 
+    /// With --strategy repair or auto: before the model is asked, each round tests up to N
+    /// one-token changes to the functions the failing tests call (and those they call): `/`
+    /// and `//`, `<` and `<=`, `==` and `!=`, `+` and `-`, `min` and `max`, `and` and `or`, a
+    /// `+ 1` or `- 1` dropped or turned round; outside strings and comments, in Python,
+    /// JavaScript/TypeScript, Rust, Go and other C-like files. Each is a candidate in its own
+    /// sandbox; one that passes wins, one that fixes some failing tests and breaks none
+    /// starts the next round. 0: none [default: 0; with --small-model: 24].
+    #[arg(help_heading = "Strategy", long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=200))]
+    pub repair_mutants: Option<u32>,
+
     /// Settings for small local models: --tool-choice required, --temperature 0, --no-shell,
     /// --max-tokens 1024, --prime, --protect-tests, --no-repeat, --verify-finish 2, --attempts 3,
-    /// --edit-format whole, --strategy auto (each can still be set otherwise).
+    /// --edit-format whole, --strategy auto, --repair-mutants 24 (each can still be set otherwise).
     #[arg(help_heading = "Model", long)]
     pub small_model: bool,
 

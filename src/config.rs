@@ -563,6 +563,11 @@ impl SetupSettings {
     }
 }
 
+/// `--repair-mutants` under `--small-model`: enough for every one-token change of a few short
+/// functions (the demo's two give 6 a round), few enough that a round of them costs about one
+/// of the local model's candidates (20-60 s on 2 cores) when the tests run in a second or two.
+pub const SMALL_MODEL_MUTANTS: u32 = 24;
+
 /// `--strategy repair` and `auto`: how many candidates, how many tested at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RepairSettings {
@@ -573,6 +578,8 @@ pub struct RepairSettings {
     pub rounds: u32,
     /// Temperature of the candidates that are each about one failing test.
     pub focus_temperature: f32,
+    /// One-token changes tested per round before the model is asked (`--repair-mutants`).
+    pub mutants: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -659,6 +666,9 @@ impl AgentSettings {
                 reply: args.repair_reply.unwrap_or_default(),
                 rounds: args.repair_rounds,
                 focus_temperature: args.focus_temperature,
+                mutants: args
+                    .repair_mutants
+                    .unwrap_or(if small { SMALL_MODEL_MUTANTS } else { 0 }),
             },
             aids: Aids {
                 prime: args.prime || small,
@@ -761,6 +771,14 @@ mod tests {
         let tuned = run_settings(&["--small-model", "--attempts", "1", "--temperature", "0.2"]);
         assert_eq!(tuned.aids.attempts, 1);
         assert_eq!(tuned.model.temperature, Some(0.2));
+        // Mutants: none unless asked for, the preset's number under --small-model, and 0
+        // given there is 0.
+        assert_eq!(
+            (plain.repair.mutants, small.repair.mutants),
+            (0, SMALL_MODEL_MUTANTS)
+        );
+        let off = run_settings(&["--small-model", "--repair-mutants", "0"]);
+        assert_eq!(off.repair.mutants, 0);
     }
 
     #[test]

@@ -295,6 +295,10 @@ pub struct CandidateReport {
     /// The failing test its prompt was about, when it was asked about one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub focus: Option<String>,
+    /// The one small change it is, when it came from `--repair-mutants` and not the model
+    /// ("`+ 1` dropped, library.py:11").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutation: Option<String>,
 }
 
 fn first_round() -> u32 {
@@ -315,6 +319,7 @@ impl CandidateReport {
             tests_failed: None,
             kept: false,
             focus: None,
+            mutation: None,
         }
     }
 
@@ -331,12 +336,19 @@ impl CandidateReport {
             .as_ref()
             .map(|t| format!(", about {t}"))
             .unwrap_or_default();
-        let mut s = format!(
-            "candidate {} ({round}temperature {}{about}): {}",
-            self.number,
-            self.temperature,
-            self.verdict.as_str()
-        );
+        let mut s = match &self.mutation {
+            Some(m) => format!(
+                "candidate {} ({round}no model: {m}): {}",
+                self.number,
+                self.verdict.as_str()
+            ),
+            None => format!(
+                "candidate {} ({round}temperature {}{about}): {}",
+                self.number,
+                self.temperature,
+                self.verdict.as_str()
+            ),
+        };
         if self.verdict == CandidateVerdict::Failed {
             match (self.tests_passed, self.tests_failed) {
                 (Some(p), Some(f)) => s.push_str(&format!(", {p} of {} tests pass", p + f)),

@@ -147,10 +147,19 @@ fn indent_of(line: &str) -> usize {
 /// ...)`, `it('name'`), the line with the quoted name — through the lines indented deeper, and
 /// a closing line at its own indentation (`}`, `});`).
 pub fn definition(text: &str, name: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, end) = definition_lines(&lines, name)?;
+    let block: Vec<&str> = lines[first..end].to_vec();
+    let text = block.join("\n");
+    Some(text.trim_end().to_string())
+}
+
+/// [`definition`]'s block as line indices of `lines`: the first (a decorator or attribute
+/// when there is one) and one past the last.
+pub fn definition_lines(lines: &[&str], name: &str) -> Option<(usize, usize)> {
     if name.is_empty() {
         return None;
     }
-    let lines: Vec<&str> = text.lines().collect();
     let defines = |l: &str| {
         ["def ", "fn ", "func ", "function "].iter().any(|k| {
             l.match_indices(&format!("{k}{name}")).any(|(at, m)| {
@@ -187,9 +196,7 @@ pub fn definition(text: &str, name: &str) -> Option<String> {
         }
         break;
     }
-    let block: Vec<&str> = lines[first..end].to_vec();
-    let text = block.join("\n");
-    Some(text.trim_end().to_string())
+    Some((first, end))
 }
 
 /// The functions of the shown source files that `code` (a test named `test`) calls, in the
@@ -216,7 +223,7 @@ fn called(loc: &Localised, code: &str, test: &str) -> Vec<(String, String, Strin
 }
 
 /// Identifiers followed by `(` in `code`, each once, in order.
-fn calls_in(code: &str) -> Vec<String> {
+pub(super) fn calls_in(code: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let bytes = code.as_bytes();
     let mut i = 0;

@@ -11,6 +11,7 @@
 pub mod blocks;
 pub mod focus;
 pub mod localise;
+mod mutants;
 mod prompt;
 pub mod reply;
 mod validate;
@@ -187,11 +188,13 @@ fn changes_of(
     number: u32,
     round: u32,
     temperature: f32,
-) -> Result<Vec<FileWrite>, CandidateReport> {
-    let discard = |verdict, files: Vec<String>, detail: String| CandidateReport {
-        files,
-        detail,
-        ..CandidateReport::new(number, round, temperature, verdict)
+) -> Result<Vec<FileWrite>, Box<CandidateReport>> {
+    let discard = |verdict, files: Vec<String>, detail: String| {
+        Box::new(CandidateReport {
+            files,
+            detail,
+            ..CandidateReport::new(number, round, temperature, verdict)
+        })
     };
     let mut notes = Vec::new();
     let files = if reply_format == RepairReply::Blocks {
@@ -274,6 +277,8 @@ struct Repairing<'a> {
     jobs: tokio::sync::Semaphore,
     /// Each candidate's failing test, when its prompt was about one (`focus`).
     focused: Mutex<HashMap<u32, String>>,
+    /// Each candidate's change, when it is a mutant and not the model's (`mutants`).
+    mutated: Mutex<HashMap<u32, String>>,
 }
 
 /// How far the rounds went: every candidate judged, where the last round left the project,
@@ -367,6 +372,7 @@ impl<'a> Repairing<'a> {
             validator,
             jobs: tokio::sync::Semaphore::new(settings.repair.candidate_jobs as usize),
             focused: Default::default(),
+            mutated: Default::default(),
         })
     }
 
@@ -378,6 +384,11 @@ impl<'a> Repairing<'a> {
     fn record(&self, mut j: Judged, judged: &mut Vec<Judged>) {
         j.report.focus = self
             .focused
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&j.report.number).cloned());
+        j.report.mutation = self
+            .mutated
             .lock()
             .ok()
             .and_then(|m| m.get(&j.report.number).cloned());
@@ -432,6 +443,48 @@ impl<'a> Repairing<'a> {
         // A passing candidate ends the sampling: a later one could never win. One that makes
         // progress ends the round: the next round starts from it, at temperature 0 again.
         let round_over = |judged: &[Judged]| judged.iter().any(|c| c.passed() || c.progress_over(state));
+        // Mutants first (`--repair-mutants`): each costs one test run, where the local model's
+        // candidate costs 20-60 s on 2 cores. Judged `--candidate-jobs` at a time, all of them
+        // unless one passes: the first to make progress is often not the best (`max` → `min`
+        // can pass an on-time test that dropping the `+ 1` passes with two more), and the
+        // round keeps the best. One that made progress ends the round before the model.
+        let tried = mutants::mutants(&view, &failing_tests, self.settings.repair.mutants as usize);
+        if !tried.is_empty() {
+            self.note(format!(
+                "repair: round {round}: {} small change(s) to the code the failing tests call, each \
+                 tested before the model is asked",
+                tried.len()
+            ));
+        }
+        for batch in tried.chunks(self.settings.repair.candidate_jobs.max(1) as usize) {
+            if judged.iter().any(Judged::passed) {
+                break;
+            }
+            let tests: Vec<_> = batch
+                .iter()
+                .map(|m| {
+                    rounds.number += 1;
+                    if let Ok(mut map) = self.mutated.lock() {
+                        map.insert(rounds.number, m.what.clone());
+                    }
+                    let files = [FileWrite {
+                        path: m.path.clone(),
+                        content: m.content.clone(),
+                    }];
+                    self.validator.validate(
+                        rounds.number,
+                        round,
+                        0.0,
+                        vec![m.path.clone()],
+                        merged(&state.files, &files),
+                        &self.jobs,
+                    )
+                })
+                .collect();
+            for c in futures_util::future::join_all(tests).await {
+                self.record(c, &mut judged);
+            }
+        }
         for k in 1..=self.settings.repair.candidates {
             if round_over(&judged) {
                 break;
@@ -528,7 +581,7 @@ impl<'a> Repairing<'a> {
                         &self.jobs,
                     ));
                 }
-                Err(report) => self.record(Judged::discarded(report), &mut judged),
+                Err(report) => self.record(Judged::discarded(*report), &mut judged),
             }
         }
         while let Some(c) = validating.next().await {
@@ -751,10 +804,18 @@ fn summary(all: &[Judged], winner: Option<u32>, state: &State, out: &mut Repaire
             })
             .unwrap_or_default()
     };
+    let mutation = |n: u32| {
+        all.iter()
+            .find(|c| c.report.number == n)
+            .and_then(|c| c.report.mutation.as_ref())
+            .map(|m| format!(" (no model: {m})"))
+            .unwrap_or_default()
+    };
     match (winner, state.from) {
         (Some(n), _) => format!(
-            "repair: candidate {n} of {total}{in_rounds} passed the tests in its own sandbox; its files \
+            "repair: candidate {n}{} of {total}{in_rounds} passed the tests in its own sandbox; its files \
              were kept: {} ({discarded} discarded)",
+            mutation(n),
             files_of(n)
         ),
         (None, Some(n)) => {

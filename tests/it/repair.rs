@@ -1186,3 +1186,69 @@ async fn the_second_candidate_is_asked_about_one_failing_test_with_the_code_it_c
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutants_fix_two_one_token_bugs_in_two_rounds_without_asking_the_model() {
+    let p = fees();
+    let out = run(
+        &p,
+        json!([{"text": "never asked for"}]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-mutants",
+            "24",
+            "--candidates",
+            "1",
+        ],
+    )
+    .await;
+    let c = candidates_of(&out);
+    let mutation = |c: &Value| c["mutation"].as_str().unwrap_or_default().to_string();
+    // Round 1: every mutant of days_late's line and fee's halving, the best kept (not the
+    // first to make progress: `max` → `min` passes the on-time test too, and comes first).
+    let round1: Vec<String> = c.iter().filter(|c| c["round"] == 1).map(mutation).collect();
+    assert_eq!(
+        round1,
+        [
+            "`max` → `min`, fees.py:3",
+            "`-` → `+`, fees.py:3",
+            "`+ 1` dropped, fees.py:3",
+            "`+ 1` → `- 1`, fees.py:3",
+            "`/` → `//`, fees.py:11",
+        ],
+        "{}",
+        out.stderr
+    );
+    let kept: Vec<String> = c.iter().filter(|c| c["kept"] == true).map(mutation).collect();
+    assert_eq!(kept, ["`+ 1` dropped, fees.py:3"], "{c:?}");
+    // Round 2 starts from it, with fee's line first: that mutant passes and ends the round.
+    let last = c.last().unwrap();
+    assert_eq!(
+        (last["round"].as_u64(), last["verdict"].as_str(), mutation(last)),
+        (Some(2), Some("passed"), "`/` → `//`, fees.py:11".to_string()),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        p.read("fees.py"),
+        FEES.replace(DAYS_BUG, DAYS_FIX).replace(HALF_BUG, HALF_FIX)
+    );
+    assert!(
+        !out.events.iter().any(|e| e["event"] == "model_request"),
+        "the model was asked: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("(round 2, no model: `/` → `//`, fees.py:11): passed"),
+        "{}",
+        out.stderr
+    );
+    let summary = report(&out)["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.contains("(no model: `/` → `//`, fees.py:11)"),
+        "{summary}"
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}

@@ -1,0 +1,471 @@
+//! Candidates without the model (`--repair-mutants N`): one small change at a time to the
+//! functions the failing tests call, each judged like a model's candidate.
+//!
+//! Why: many real bugs are one token away from the fix (an off-by-one, `/` for `//`, `<` for
+//! `<=`), which is what mutation testing and template-based program repair build on. A 1.5B
+//! model given such a bug at temperature 0 mostly gives the function back unchanged (the
+//! demo's `days_late`, measured on every run of the last two rounds), and on 2 cores each of its
+//! candidates costs 20-60 s, where a mutant costs one test run. Rounds make two independent
+//! one-token bugs reachable: a mutant that fixes some failing tests and breaks none is kept, and
+//! the next round mutates from it.
+//!
+//! Read from the text only, like `focus`: the functions are found by their names, strings and
+//! comments are masked so that nothing inside them changes. Only languages whose literals and
+//! comments are masked here get mutants (Python, JavaScript/TypeScript, Rust, Go, and other
+//! C-like files); a change the language does not allow just fails its test run.
+
+use super::focus;
+use super::localise::Localised;
+
+/// Functions mutated at most per round: those the failing tests call, then what those call.
+const MAX_FUNCTIONS: usize = 8;
+
+/// One small change to one source file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutant {
+    pub path: String,
+    /// The whole file with the change.
+    pub content: String,
+    /// What changed and where: "`+ 1` dropped, library.py:11".
+    pub what: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lang {
+    Python,
+    /// `//` and `/* */` comments; `'` quotes a string except in Rust (lifetimes).
+    CLike {
+        single_quote: bool,
+    },
+}
+
+fn lang(path: &str) -> Option<Lang> {
+    let ext = path.rsplit_once('.').map(|(_, e)| e)?;
+    match ext {
+        "py" => Some(Lang::Python),
+        "rs" => Some(Lang::CLike { single_quote: false }),
+        "js" | "mjs" | "cjs" | "jsx" | "ts" | "tsx" | "go" | "java" | "c" | "h" | "cc" | "cpp" | "cs"
+        | "kt" | "swift" => Some(Lang::CLike { single_quote: true }),
+        _ => None,
+    }
+}
+
+/// For each byte of `text`: whether it is code, not part of a string literal or a comment.
+fn code_mask(text: &str, lang: Lang) -> Vec<bool> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum S {
+        Code,
+        LineComment,
+        BlockComment,
+        Str { quote: u8, triple: bool },
+    }
+    let b = text.as_bytes();
+    let mut mask = vec![false; b.len()];
+    let mut s = S::Code;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match s {
+            S::Code => {
+                let python = lang == Lang::Python;
+                if (python && c == b'#') || (!python && c == b'/' && b.get(i + 1) == Some(&b'/')) {
+                    s = S::LineComment;
+                } else if !python && c == b'/' && b.get(i + 1) == Some(&b'*') {
+                    s = S::BlockComment;
+                    i += 2;
+                    continue;
+                } else if c == b'"'
+                    || c == b'`' && !python
+                    || c == b'\'' && (python || lang == (Lang::CLike { single_quote: true }))
+                {
+                    let triple = python && b.get(i + 1) == Some(&c) && b.get(i + 2) == Some(&c);
+                    s = S::Str { quote: c, triple };
+                    i += if triple { 3 } else { 1 };
+                    continue;
+                } else {
+                    mask[i] = true;
+                }
+                i += 1;
+            }
+            S::LineComment => {
+                if c == b'\n' {
+                    s = S::Code;
+                    mask[i] = true;
+                }
+                i += 1;
+            }
+            S::BlockComment => {
+                if c == b'*' && b.get(i + 1) == Some(&b'/') {
+                    s = S::Code;
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            S::Str { quote, triple } => {
+                if c == b'\\' {
+                    i += 2;
+                } else if c == quote && (!triple || (b.get(i + 1) == Some(&c) && b.get(i + 2) == Some(&c))) {
+                    s = S::Code;
+                    i += if triple { 3 } else { 1 };
+                } else if c == b'\n' && !triple && quote != b'`' {
+                    // An unclosed one-line string (or a quote this mask misread): it ends at the
+                    // line's end, so one misreading cannot hide the rest of the file.
+                    s = S::Code;
+                    mask[i] = true;
+                    i += 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+    mask
+}
+
+/// An edit of one line: bytes `start..end` become `with`; `what` says it in words.
+struct Edit {
+    start: usize,
+    end: usize,
+    with: &'static str,
+    what: String,
+}
+
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The one-token changes of `line` (`code`: its bytes' mask), in the order they appear.
+fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
+    let b = line.as_bytes();
+    let at = |i: usize| b.get(i).copied().unwrap_or(b'\n');
+    let is_code = |i: usize, n: usize| (i..i + n).all(|k| code.get(k).copied().unwrap_or(false));
+    let spaced = |i: usize, n: usize| i > 0 && at(i - 1) == b' ' && at(i + n) == b' ';
+    let mut out = Vec::new();
+    let mut edit = |start: usize, end: usize, with: &'static str, what: String| {
+        out.push(Edit {
+            start,
+            end,
+            with,
+            what,
+        })
+    };
+    let mut i = 0;
+    while i < b.len() {
+        if !is_code(i, 1) {
+            i += 1;
+            continue;
+        }
+        let c = at(i);
+        let two = &b[i..(i + 2).min(b.len())];
+        // Python's division: true and floor.
+        if lang == Lang::Python && c == b'/' {
+            if at(i + 1) == b'/' && at(i + 2) != b'=' && is_code(i, 2) {
+                edit(i, i + 2, "/", "`//` → `/`".into());
+                i += 2;
+                continue;
+            }
+            if at(i + 1) != b'=' {
+                edit(i, i + 1, "//", "`/` → `//`".into());
+            }
+        }
+        // Comparisons: a boundary moved, or turned round.
+        if (two == b"<=" || two == b">=") && spaced(i, 2) && is_code(i, 2) {
+            let (with, from) = if c == b'<' { ("<", "<=") } else { (">", ">=") };
+            edit(i, i + 2, with, format!("`{from}` → `{with}`"));
+            i += 2;
+            continue;
+        }
+        if (c == b'<' || c == b'>') && spaced(i, 1) {
+            let (with, from) = if c == b'<' { ("<=", "<") } else { (">=", ">") };
+            edit(i, i + 1, with, format!("`{from}` → `{with}`"));
+        }
+        if (two == b"==" || two == b"!=") && spaced(i, 2) && is_code(i, 2) {
+            let (with, from) = if c == b'=' { ("!=", "==") } else { ("==", "!=") };
+            edit(i, i + 2, with, format!("`{from}` → `{with}`"));
+            i += 2;
+            continue;
+        }
+        // Binary `+` and `-`: `± 1` dropped or turned round, any other term turned round.
+        if (c == b'+' || c == b'-') && spaced(i, 1) {
+            let mut j = i + 1;
+            while at(j) == b' ' {
+                j += 1;
+            }
+            let one = at(j) == b'1' && !(is_word(at(j + 1)) || at(j + 1) == b'.') && is_code(j, 1);
+            let sign = c as char;
+            let other: &'static str = if c == b'+' { "-" } else { "+" };
+            if one {
+                let mut k = i;
+                while k > 0 && at(k - 1) == b' ' {
+                    k -= 1;
+                }
+                edit(k, j + 1, "", format!("`{sign} 1` dropped"));
+                edit(i, i + 1, other, format!("`{sign} 1` → `{other} 1`"));
+            } else {
+                edit(i, i + 1, other, format!("`{sign}` → `{other}`"));
+            }
+        }
+        // Words: the smaller for the larger, `and` for `or`.
+        if is_word(c) && (i == 0 || !is_word(at(i - 1))) {
+            let mut j = i;
+            while is_word(at(j)) {
+                j += 1;
+            }
+            let word = &line[i..j];
+            let swap: Option<&'static str> = match (word, lang) {
+                ("min", _) if at(j) == b'(' => Some("max"),
+                ("max", _) if at(j) == b'(' => Some("min"),
+                ("and", Lang::Python) => Some("or"),
+                ("or", Lang::Python) => Some("and"),
+                _ => None,
+            };
+            if let Some(with) = swap
+                && is_code(i, j - i)
+            {
+                edit(i, j, with, format!("`{word}` → `{with}`"));
+            }
+            i = j;
+            continue;
+        }
+        if lang != Lang::Python && (two == b"&&" || two == b"||") && is_code(i, 2) {
+            let (with, from) = if c == b'&' { ("||", "&&") } else { ("&&", "||") };
+            edit(i, i + 2, with, format!("`{from}` → `{with}`"));
+            i += 2;
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The functions of the shown sources that the failing `tests` call, then the functions those
+/// call, in that order: `(path, name)`.
+fn targets(loc: &Localised, tests: &[String]) -> Vec<(String, String)> {
+    let find = |name: &str, test: bool| {
+        loc.shown
+            .iter()
+            .filter(|f| f.test == test)
+            .find_map(|f| focus::definition(&f.text, name).map(|d| (f.path.clone(), d)))
+    };
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    let add = |path: String, name: String, def: String, out: &mut Vec<(String, String, String)>| {
+        if out.len() < MAX_FUNCTIONS && !out.iter().any(|(p, n, _)| *p == path && *n == name) {
+            out.push((path, name, def));
+        }
+    };
+    for test in tests {
+        let short = focus::short_name(test);
+        let Some((_, code)) = find(short, true) else {
+            continue;
+        };
+        for name in focus::calls_in(&code) {
+            if name != short
+                && let Some((path, def)) = find(&name, false)
+            {
+                add(path, name, def, &mut out);
+            }
+        }
+    }
+    let direct = out.len();
+    for k in 0..direct {
+        let (_, own, def) = out[k].clone();
+        for name in focus::calls_in(&def) {
+            if name != own
+                && let Some((path, def)) = find(&name, false)
+            {
+                add(path, name, def, &mut out);
+            }
+        }
+    }
+    out.into_iter().map(|(p, n, _)| (p, n)).collect()
+}
+
+/// Up to `max` mutants of the functions the failing `tests` call, in the files as `loc` shows
+/// them: each function's lines in order, the first test's functions first; never a test file,
+/// never the same file twice.
+pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
+    let mut out: Vec<Mutant> = Vec::new();
+    for (path, name) in targets(loc, tests) {
+        let (Some(lang), Some(file)) = (lang(&path), loc.shown.iter().find(|f| f.path == path && !f.test))
+        else {
+            continue;
+        };
+        let text = &file.text;
+        let lines: Vec<&str> = text.split('\n').collect();
+        let Some((first, end)) = focus::definition_lines(&lines, &name) else {
+            continue;
+        };
+        let mask = code_mask(text, lang);
+        let mut offset: usize = lines[..first].iter().map(|l| l.len() + 1).sum();
+        let mut signature_seen = false;
+        for (n, line) in lines.iter().enumerate().take(end).skip(first) {
+            let starts = offset;
+            offset += line.len() + 1;
+            // Decorators and the signature's line are left: a default argument is rarely the
+            // bug, and a changed name would only break the callers.
+            if !signature_seen {
+                let t = line.trim_start();
+                signature_seen = !(t.starts_with('@') || t.starts_with("#["));
+                continue;
+            }
+            let code = &mask[starts..starts + line.len()];
+            for e in edits(line, code, lang) {
+                let content = format!(
+                    "{}{}{}",
+                    &text[..starts + e.start],
+                    e.with,
+                    &text[starts + e.end..]
+                );
+                if out.iter().any(|m| m.path == path && m.content == content) {
+                    continue;
+                }
+                out.push(Mutant {
+                    path: path.clone(),
+                    content,
+                    what: format!("{}, {path}:{}", e.what, n + 1),
+                });
+                if out.len() >= max {
+                    return out;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repair::localise::Shown;
+
+    const LIB: &str = "\"\"\"Fees: a / b and x + 1 in the docstring stay.\"\"\"\n\nRATE = 25\n\n\ndef days_late(due, returned):\n    \"\"\"Whole days (+ 1 here is prose).\"\"\"\n    return max((returned - due).days + 1, 0)  # + 1 in a comment stays\n\n\ndef fee(due, returned, member=False):\n    fee = min(days_late(due, returned) * RATE, 1000)\n    if member and fee > 0:\n        fee = fee / 2\n    return fee\n\n\ndef unrelated(x):\n    return x + 1\n";
+    const TESTS: &str = "from lib import days_late, fee\n\n\ndef test_on_time():\n    assert days_late(10, 10) == 0\n\n\ndef test_member():\n    assert fee(10, 13, member=True) == 37\n";
+
+    fn loc() -> Localised {
+        Localised {
+            failing: String::new(),
+            shown: vec![
+                Shown {
+                    path: "test_lib.py".into(),
+                    text: TESTS.into(),
+                    test: true,
+                },
+                Shown {
+                    path: "lib.py".into(),
+                    text: LIB.into(),
+                    test: false,
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn whats(ms: &[Mutant]) -> Vec<&str> {
+        ms.iter().map(|m| m.what.as_str()).collect()
+    }
+
+    #[test]
+    fn the_called_functions_lines_only_outside_strings_and_comments() {
+        let ms = mutants(&loc(), &["test_lib.py::test_on_time".into()], 100);
+        assert_eq!(
+            whats(&ms),
+            [
+                "`max` → `min`, lib.py:8",
+                "`-` → `+`, lib.py:8",
+                "`+ 1` dropped, lib.py:8",
+                "`+ 1` → `- 1`, lib.py:8",
+            ]
+        );
+        let dropped = &ms[2];
+        assert_eq!(dropped.path, "lib.py");
+        assert!(
+            dropped
+                .content
+                .contains("    return max((returned - due).days, 0)  # + 1 in a comment stays\n"),
+            "{}",
+            dropped.content
+        );
+        // Everything else byte for byte.
+        assert_eq!(
+            dropped
+                .content
+                .replacen("(returned - due).days, 0)", "(returned - due).days + 1, 0)", 1),
+            LIB
+        );
+    }
+
+    #[test]
+    fn callees_of_called_functions_too_and_the_cap() {
+        let ms = mutants(&loc(), &["test_member".into()], 100);
+        let w = whats(&ms);
+        // fee's own lines first, then days_late (which fee calls); never `unrelated`.
+        assert_eq!(w[0], "`min` → `max`, lib.py:12");
+        assert!(w.contains(&"`and` → `or`, lib.py:13"), "{w:?}");
+        assert!(w.contains(&"`>` → `>=`, lib.py:13"), "{w:?}");
+        assert!(w.contains(&"`/` → `//`, lib.py:14"), "{w:?}");
+        assert!(w.contains(&"`+ 1` dropped, lib.py:8"), "{w:?}");
+        assert!(!w.iter().any(|m| m.ends_with(":19")), "{w:?}");
+        assert_eq!(mutants(&loc(), &["test_member".into()], 2).len(), 2);
+        assert!(mutants(&loc(), &["test_nothing".into()], 100).is_empty());
+    }
+
+    #[test]
+    fn masks_know_each_languages_strings_and_comments() {
+        let mask = |t: &str, l| -> String {
+            code_mask(t, l)
+                .iter()
+                .zip(t.chars())
+                .map(|(c, ch)| if *c { ch } else { '.' })
+                .collect()
+        };
+        assert_eq!(
+            mask("a = 'x + 1' + b  # c - 1\nd", Lang::Python),
+            "a = ....... + b  .......\nd"
+        );
+        assert_eq!(
+            mask("s = \"\"\"\n- 1\n\"\"\" - 1", Lang::Python),
+            "s = ........... - 1"
+        );
+        assert_eq!(
+            mask(
+                "let a = b - 1; // c + 1\n/* d\n+ 1 */ e",
+                Lang::CLike { single_quote: false }
+            ),
+            "let a = b - 1; ........\n........... e"
+        );
+        // A Rust lifetime is not a quote.
+        assert_eq!(
+            mask(
+                "fn f<'a>(x: &'a str) -> usize { x.len() - 1 }",
+                Lang::CLike { single_quote: false }
+            ),
+            "fn f<'a>(x: &'a str) -> usize { x.len() - 1 }"
+        );
+        // An escaped quote does not end the string.
+        assert_eq!(mask(r#"x = "a\"b" + 1"#, Lang::Python), r#"x = ...... + 1"#);
+    }
+
+    #[test]
+    fn operators_that_are_not_comparisons_are_left() {
+        let e = |l: &str, lang| -> Vec<String> {
+            edits(l, &code_mask(l, lang), lang)
+                .into_iter()
+                .map(|e| e.what)
+                .collect()
+        };
+        let rust = Lang::CLike { single_quote: false };
+        // A generic, an arrow, a shift and `+=` are not mutated.
+        assert!(e("fn f(v: Vec<u8>) -> u8 { v[0] << 2 }", rust).is_empty());
+        assert!(e("x += 1", Lang::Python).is_empty());
+        assert_eq!(
+            e("if a <= b && c == d {", rust),
+            ["`<=` → `<`", "`&&` → `||`", "`==` → `!=`"]
+        );
+        assert_eq!(e("x = a // 2", Lang::Python), ["`//` → `/`"]);
+        // `10` is not `1`; `1.5` is not `1`.
+        assert_eq!(e("y = n - 10", Lang::Python), ["`-` → `+`"]);
+        assert_eq!(e("y = n - 1.5", Lang::Python), ["`-` → `+`"]);
+        assert!(lang("notes.md").is_none());
+    }
+}
