@@ -225,6 +225,9 @@ pub struct Report {
     pub model: String,
     pub outcome: Outcome,
     pub summary: Option<String>,
+    /// The summary is repair's account (agentbox's words), not the model's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub summary_by_agentbox: bool,
     pub error: Option<String>,
     pub steps: u32,
     /// Fresh starts (`--attempts`); 1 normally.
@@ -613,7 +616,11 @@ impl Report {
             _ => {}
         }
         if let Some(summary) = &self.summary {
-            s.push_str("\nmodel's summary (its own words; the test result above is agentbox's):\n");
+            s.push_str(if self.summary_by_agentbox {
+                "\nrepair's summary (agentbox's account of the candidates):\n"
+            } else {
+                "\nmodel's summary (its own words; the test result above is agentbox's):\n"
+            });
             // The model's words are the model's size: a reply of megabytes would bury the
             // verdict. The JSON report keeps all of it.
             let summary = summary.trim();
@@ -760,6 +767,7 @@ mod tests {
             model: "m".into(),
             outcome: Outcome::Finished,
             summary: None,
+            summary_by_agentbox: false,
             error: None,
             steps: 1,
             attempts: 1,
@@ -795,6 +803,22 @@ mod tests {
             },
             unresolved: false,
         }
+    }
+
+    #[test]
+    fn repairs_summary_is_never_labelled_the_models_words() {
+        let mut r = report();
+        r.summary = Some("repair: candidate 6 passed".into());
+        let model = r.render(10);
+        assert!(model.contains("model's summary (its own words"), "{model}");
+        r.summary_by_agentbox = true;
+        let agentbox = r.render(10);
+        assert!(
+            agentbox
+                .contains("repair's summary (agentbox's account of the candidates):\n  repair: candidate 6")
+                && !agentbox.contains("model's summary"),
+            "{agentbox}"
+        );
     }
 
     #[test]

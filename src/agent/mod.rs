@@ -86,6 +86,9 @@ pub enum Fatal {
 pub enum Stop {
     /// The model's final answer (its text, or the `finish` tool's summary).
     Answered(String),
+    /// Repair's own account of its candidates (`--strategy repair`, or `auto` when the loop
+    /// did not run): agentbox's words, which the report must not call the model's.
+    Repaired(String),
     StepLimit,
     /// The repeat guard fired in two turns in a row: the model only repeats itself, and more
     /// steps would only repeat it again. The attempt ends early (a fresh attempt may do better).

@@ -202,7 +202,7 @@ pub async fn run(args: ChatArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
             continue;
         };
         let verdict = match result.stop {
-            Stop::Answered(text) => {
+            Stop::Answered(text) | Stop::Repaired(text) => {
                 outln!("\nagent> {}\n", for_terminal(text.trim()));
                 "answered"
             }

@@ -112,7 +112,7 @@ impl Repaired {
         LoopResult {
             stop: match &self.fatal {
                 Some(f) => Stop::Fatal(f.clone()),
-                None => Stop::Answered(self.summary.clone()),
+                None => Stop::Repaired(self.summary.clone()),
             },
             steps: self.requests,
             usage: self.usage,

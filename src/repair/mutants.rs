@@ -286,6 +286,9 @@ fn targets(loc: &Localised, tests: &[String]) -> Vec<(String, String)> {
 /// never the same file twice.
 pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
     let mut out: Vec<Mutant> = Vec::new();
+    if max == 0 {
+        return out;
+    }
     for (path, name) in targets(loc, tests) {
         let (Some(lang), Some(file)) = (lang(&path), loc.shown.iter().find(|f| f.path == path && !f.test))
         else {
@@ -407,6 +410,7 @@ mod tests {
         assert!(w.contains(&"`+ 1` dropped, lib.py:8"), "{w:?}");
         assert!(!w.iter().any(|m| m.ends_with(":19")), "{w:?}");
         assert_eq!(mutants(&loc(), &["test_member".into()], 2).len(), 2);
+        assert!(mutants(&loc(), &["test_member".into()], 0).is_empty());
         assert!(mutants(&loc(), &["test_nothing".into()], 100).is_empty());
     }
 

@@ -248,7 +248,7 @@ impl Session {
 
     pub async fn report(&self, result: &LoopResult) -> Report {
         let (outcome, summary, error) = match &result.stop {
-            Stop::Answered(text) => (Outcome::Finished, Some(text.clone()), None),
+            Stop::Answered(text) | Stop::Repaired(text) => (Outcome::Finished, Some(text.clone()), None),
             Stop::StepLimit => (Outcome::StepLimit, None, None),
             Stop::Repeating => (Outcome::Repeating, None, None),
             Stop::Fatal(e) => (Outcome::Error, None, Some(e.to_string())),
@@ -291,6 +291,7 @@ impl Session {
             model: self.model.describe(),
             outcome,
             summary,
+            summary_by_agentbox: matches!(result.stop, Stop::Repaired(_)),
             error,
             steps: result.steps,
             attempts: 1,

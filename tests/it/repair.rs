@@ -1250,5 +1250,8 @@ async fn mutants_fix_two_one_token_bugs_in_two_rounds_without_asking_the_model()
         summary.contains("(no model: `/` → `//`, fees.py:11)"),
         "{summary}"
     );
+    // Repair's account is agentbox's, never presented as the model's words (the text
+    // report's label: report.rs's unit test).
+    assert_eq!(report(&out)["summary_by_agentbox"], true);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
