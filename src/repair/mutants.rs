@@ -165,6 +165,11 @@ fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
                 i += 2;
                 continue;
             }
+            if at(i + 1) == b'/' {
+                // `//=`: an assignment, left.
+                i += 2;
+                continue;
+            }
             if at(i + 1) != b'=' {
                 edit(i, i + 1, "//", "`/` → `//`".into());
             }
@@ -462,6 +467,7 @@ mod tests {
         // A generic, an arrow, a shift and `+=` are not mutated.
         assert!(e("fn f(v: Vec<u8>) -> u8 { v[0] << 2 }", rust).is_empty());
         assert!(e("x += 1", Lang::Python).is_empty());
+        assert!(e("x //= 2; y /= 2", Lang::Python).is_empty());
         assert_eq!(
             e("if a <= b && c == d {", rust),
             ["`<=` → `<`", "`&&` → `||`", "`==` → `!=`"]
