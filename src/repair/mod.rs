@@ -277,8 +277,6 @@ struct Repairing<'a> {
     jobs: tokio::sync::Semaphore,
     /// Each candidate's failing test, when its prompt was about one (`focus`).
     focused: Mutex<HashMap<u32, String>>,
-    /// Each candidate's change, when it is a mutant and not the model's (`mutants`).
-    mutated: Mutex<HashMap<u32, String>>,
 }
 
 /// How far the rounds went: every candidate judged, where the last round left the project,
@@ -372,7 +370,6 @@ impl<'a> Repairing<'a> {
             validator,
             jobs: tokio::sync::Semaphore::new(settings.repair.candidate_jobs as usize),
             focused: Default::default(),
-            mutated: Default::default(),
         })
     }
 
@@ -384,11 +381,6 @@ impl<'a> Repairing<'a> {
     fn record(&self, mut j: Judged, judged: &mut Vec<Judged>) {
         j.report.focus = self
             .focused
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&j.report.number).cloned());
-        j.report.mutation = self
-            .mutated
             .lock()
             .ok()
             .and_then(|m| m.get(&j.report.number).cloned());
@@ -464,9 +456,6 @@ impl<'a> Repairing<'a> {
                 .iter()
                 .map(|m| {
                     rounds.number += 1;
-                    if let Ok(mut map) = self.mutated.lock() {
-                        map.insert(rounds.number, m.what.clone());
-                    }
                     let files = [FileWrite {
                         path: m.path.clone(),
                         content: m.content.clone(),
@@ -481,7 +470,9 @@ impl<'a> Repairing<'a> {
                     )
                 })
                 .collect();
-            for c in futures_util::future::join_all(tests).await {
+            // `join_all` keeps the batch's order: each result is its mutant's.
+            for (m, mut c) in batch.iter().zip(futures_util::future::join_all(tests).await) {
+                c.report.mutation = Some(m.what.clone());
                 self.record(c, &mut judged);
             }
         }
