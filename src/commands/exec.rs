@@ -74,6 +74,16 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         cfg.extras.forwards.extend(g.forwards());
         cfg.extras.env.extend(g.sandbox_env());
     }
+    // The fast path: the command as the sandbox's own process, as `docker run` starts it (no
+    // executor to wait for, no Docker exec). Only where nothing needs a process before it.
+    if env.is_none()
+        && !copied
+        && !args.interactive
+        && let Some(once) = crate::session::open_one_shot(&cfg, &args.project, &args.command).await?
+    {
+        drop(published);
+        return run_once(once, &cfg, &args, limit, gateway).await;
+    }
     // A remote engine cannot mount the project: the command works on a copy, and what it
     // changed comes back as a patch.
     let (sandbox, copy) = if let Some(env) = &env {
@@ -94,17 +104,8 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
-    for warning in &sandbox.info().warnings {
-        errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
-    }
-    for warning in crate::toolchain::toolchain_warnings(&cfg.image, &args.project).await {
-        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
-    }
-    for hint in crate::project::services::service_hints(&args.project, &cfg.services) {
-        errln!("agentbox: hint: {}", crate::output::escaped(&hint));
-    }
+    say_warnings(&sandbox, &cfg, &args.project).await;
     let timeout = cfg.command_timeout_for(&cfg.image);
-    tracing::trace!("warnings checked");
     let result = stream(&sandbox, &args.command, args.interactive, timeout, limit).await;
     tracing::debug!(step = "command", "command done");
     let mut kept = None;
@@ -166,6 +167,61 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
     crate::output::end_stdout();
     tracing::debug!(step = "result written", "result written");
     sandbox.shutdown().await?;
+    finish_with_host_check(&sandbox)?;
+    result?;
+    Ok(code)
+}
+
+/// `run` on a one-shot sandbox: the command is running already.
+async fn run_once(
+    mut once: crate::sandbox::OneShot,
+    cfg: &SandboxConfig,
+    args: &ExecArgs,
+    limit: usize,
+    gateway: Option<super::gateway::ModelGateway>,
+) -> anyhow::Result<u8> {
+    say_warnings(once.sandbox(), cfg, &args.project).await;
+    let timeout = cfg.command_timeout_for(&cfg.image);
+    let result = stream_once(&mut once, timeout, limit).await;
+    tracing::debug!(step = "command", "command done");
+    if let Some(g) = gateway {
+        g.summary();
+    }
+    // As in `run`: the status said and stdout closed before the sandbox is gone.
+    let code = match &result {
+        Ok(out) => say_status(out, &args.output_limit, timeout),
+        Err(_) => 1,
+    };
+    crate::output::end_stdout();
+    tracing::debug!(step = "result written", "result written");
+    let sandbox = once.into_sandbox();
+    sandbox.shutdown().await?;
+    finish_with_host_check(&sandbox)?;
+    result?;
+    Ok(code)
+}
+
+/// What the user should know of the sandbox before its output: the project's, the image's.
+async fn say_warnings(
+    sandbox: &crate::sandbox::DockerSandbox,
+    cfg: &SandboxConfig,
+    project: &std::path::Path,
+) {
+    for warning in &sandbox.info().warnings {
+        errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
+    }
+    for warning in crate::toolchain::toolchain_warnings(&cfg.image, project).await {
+        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
+    }
+    for hint in crate::project::services::service_hints(project, &cfg.services) {
+        errln!("agentbox: hint: {}", crate::output::escaped(&hint));
+    }
+    tracing::trace!("warnings checked");
+}
+
+/// The host's check of the project after the sandbox is gone: its warnings said, and the run
+/// failed if something git would run is still in the project.
+fn finish_with_host_check(sandbox: &crate::sandbox::DockerSandbox) -> anyhow::Result<()> {
     let check = sandbox.check_host().unwrap_or_default();
     tracing::debug!(step = "host scan after", "host scan after the run done");
     for w in &check.warnings {
@@ -175,8 +231,7 @@ pub async fn run(args: ExecArgs, cleanup: Cleanup) -> anyhow::Result<u8> {
         // What the command left would run on this machine: the run fails whatever its status.
         anyhow::bail!("something git would run could not be moved out of the project (see the warnings)");
     }
-    result?;
-    Ok(code)
+    Ok(())
 }
 
 /// The lines that follow the command's output (cut, timed out, killed), and the exit status.
@@ -213,9 +268,7 @@ async fn stream(
     timeout: std::time::Duration,
     limit: usize,
 ) -> anyhow::Result<crate::sandbox::ExecOutput> {
-    use crate::sandbox::tty::{AttachRequest, Chunk};
-    use futures_util::StreamExt;
-    use tokio::io::AsyncWriteExt;
+    use crate::sandbox::tty::AttachRequest;
 
     let started = std::time::Instant::now();
     let oom_before = sandbox.oom_kills().await;
@@ -233,55 +286,24 @@ async fn stream(
     let exec_id = attached.exec_id.clone();
     tracing::trace!("command started");
     let mut output = attached.output;
-    let mut input = Some(attached.input);
-    let (pump, mut keys) = if interactive {
-        let (p, rx) = crate::terminal::StdinPump::start(crate::terminal::STDIN);
-        (Some(p), Some(rx))
+    // Not interactive: the input half is held, unused, until the command ends.
+    let (input, _held) = if interactive {
+        (Some(attached.input), None)
     } else {
-        (None, None)
+        (None, Some(attached.input))
     };
-    let mut out = Streamed::new(limit);
-    let mut err = Streamed::new(limit);
-    let (mut host_out, mut host_err) = (CommandStream::stdout(), CommandStream::stderr());
-    let mut timed_out = false;
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
     // A sandbox that died under the command (under gVisor its stream may stay open).
     let ended = sandbox.ended();
     tokio::pin!(ended);
-    loop {
-        tokio::select! {
-            chunk = output.next() => match chunk {
-                Some(Ok(Chunk::Out(b))) => out.push(&b, &mut host_out),
-                Some(Ok(Chunk::Err(b))) => err.push(&b, &mut host_err),
-                Some(Err(e)) => return Err(e.into()),
-                None => break,
-            },
-            gone = &mut ended => return Err(gone.into()),
-            data = async { keys.as_mut()?.recv().await }, if keys.is_some() && input.is_some() => match data {
-                Some(d) => {
-                    if let Some(w) = input.as_mut()
-                        && w.write_all(&d).await.is_err()
-                    {
-                        input = None;
-                    }
-                }
-                // End of the host's stdin: the command reads end-of-input too.
-                None => {
-                    if let Some(mut w) = input.take() {
-                        let _ = w.shutdown().await;
-                    }
-                    keys = None;
-                }
-            },
-            _ = &mut deadline, if !timed_out => {
-                timed_out = true;
-                // Kills the command's whole tree; its streams then end.
-                sandbox.interrupt().await?;
-            }
-        }
-    }
-    drop(pump);
+    let pumped = pump(
+        &mut output,
+        input,
+        timeout,
+        limit,
+        || sandbox.interrupt(),
+        &mut ended,
+    )
+    .await?;
     tracing::trace!("command's streams ended");
     // The memory cgroup's count is read while the command's status is awaited, not after it:
     // both only follow the command's end, and without the executor (`--per-call-exec`) the
@@ -305,24 +327,151 @@ async fn stream(
     // Under gVisor an exec whose sandbox died can end at once with runsc's own status (128,
     // "waiting on PID ...: EOF"), a moment before the container is seen to stop: give the
     // container's end a moment to show, so the reason is said rather than a bare 128.
-    if !timed_out
+    if !pumped.timed_out
         && sandbox.under_gvisor()
         && exit_code.is_none_or(|c| c >= 128)
         && let Ok(gone) = tokio::time::timeout(std::time::Duration::from_secs(2), &mut ended).await
     {
         return Err(gone.into());
     }
+    let timed_out = pumped.timed_out;
     let exit_code = exit_code.unwrap_or(if timed_out { 137 } else { -1 });
-    let (stdout, stderr) = (out.finish(&mut host_out), err.finish(&mut host_err));
-    let _ = (host_out.finish(), host_err.finish());
-    Ok(crate::sandbox::ExecOutput {
-        exit_code,
-        signal: (exit_code > 128 && exit_code < 160).then(|| (exit_code - 128) as i32),
+    let oom_killed = matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b);
+    Ok(pumped.finish(exit_code, oom_killed, started))
+}
+
+/// `stream` for a one-shot sandbox, whose own process is the command: its output is the
+/// container's, its status the container's, and the timeout kills the container.
+async fn stream_once(
+    once: &mut crate::sandbox::OneShot,
+    timeout: std::time::Duration,
+    limit: usize,
+) -> anyhow::Result<crate::sandbox::ExecOutput> {
+    let started = std::time::Instant::now();
+    let Some(mut output) = once.take_output() else {
+        anyhow::bail!("the one-shot sandbox's output was taken before");
+    };
+    // Its end is the command's: the stream ending says so.
+    let mut ended = std::future::pending();
+    let pumped = {
+        let once = &*once;
+        pump(&mut output, None, timeout, limit, || once.kill(), &mut ended).await?
+    };
+    tracing::trace!("command's streams ended");
+    let end = once.end().await?;
+    let exit_code = if pumped.timed_out { 137 } else { end.exit_code };
+    Ok(pumped.finish(exit_code, end.oom_killed, started))
+}
+
+/// A command's two streams as [`pump`] left them.
+struct Pumped {
+    out: Streamed,
+    err: Streamed,
+    host_out: CommandStream,
+    host_err: CommandStream,
+    timed_out: bool,
+}
+
+impl Pumped {
+    /// Write what was kept of each stream's end, and say how the command ended.
+    fn finish(
+        self,
+        exit_code: i64,
+        oom_killed: bool,
+        started: std::time::Instant,
+    ) -> crate::sandbox::ExecOutput {
+        let Pumped {
+            out,
+            err,
+            mut host_out,
+            mut host_err,
+            timed_out,
+        } = self;
+        let (stdout, stderr) = (out.finish(&mut host_out), err.finish(&mut host_err));
+        let _ = (host_out.finish(), host_err.finish());
+        crate::sandbox::ExecOutput {
+            exit_code,
+            signal: (exit_code > 128 && exit_code < 160).then(|| (exit_code - 128) as i32),
+            timed_out,
+            oom_killed,
+            stdout,
+            stderr,
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+/// Copy a command's output to the user's terminal as it comes (and, with `input`, the host's
+/// stdin to the command) until its streams end; at the timeout, `kill` ends it and its
+/// streams with it. `ended`: the sandbox died under it.
+async fn pump<K, F>(
+    output: &mut crate::sandbox::tty::ChunkStream,
+    input: Option<std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>>,
+    timeout: std::time::Duration,
+    limit: usize,
+    kill: K,
+    ended: &mut (impl std::future::Future<Output = crate::sandbox::SandboxError> + Unpin),
+) -> anyhow::Result<Pumped>
+where
+    K: Fn() -> F,
+    F: std::future::Future<Output = Result<(), crate::sandbox::SandboxError>>,
+{
+    use crate::sandbox::tty::Chunk;
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+
+    let mut input = input;
+    let (pump, mut keys) = if input.is_some() {
+        let (p, rx) = crate::terminal::StdinPump::start(crate::terminal::STDIN);
+        (Some(p), Some(rx))
+    } else {
+        (None, None)
+    };
+    let mut out = Streamed::new(limit);
+    let mut err = Streamed::new(limit);
+    let (mut host_out, mut host_err) = (CommandStream::stdout(), CommandStream::stderr());
+    let mut timed_out = false;
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            chunk = output.next() => match chunk {
+                Some(Ok(Chunk::Out(b))) => out.push(&b, &mut host_out),
+                Some(Ok(Chunk::Err(b))) => err.push(&b, &mut host_err),
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            gone = &mut *ended => return Err(gone.into()),
+            data = async { keys.as_mut()?.recv().await }, if keys.is_some() && input.is_some() => match data {
+                Some(d) => {
+                    if let Some(w) = input.as_mut()
+                        && w.write_all(&d).await.is_err()
+                    {
+                        input = None;
+                    }
+                }
+                // End of the host's stdin: the command reads end-of-input too.
+                None => {
+                    if let Some(mut w) = input.take() {
+                        let _ = w.shutdown().await;
+                    }
+                    keys = None;
+                }
+            },
+            _ = &mut deadline, if !timed_out => {
+                timed_out = true;
+                // Kills the command's whole tree; its streams then end.
+                kill().await?;
+            }
+        }
+    }
+    drop(pump);
+    Ok(Pumped {
+        out,
+        err,
+        host_out,
+        host_err,
         timed_out,
-        oom_killed: matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b),
-        stdout,
-        stderr,
-        elapsed: started.elapsed(),
     })
 }
 

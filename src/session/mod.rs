@@ -22,6 +22,7 @@ pub mod trust;
 
 pub use error::SessionError;
 pub use isolated::{IsolatedCopy, PatchWritten};
+pub(crate) use open::open_one_shot;
 pub use open::{ensure_service_images, open_sandbox, open_spec};
 pub use setup::{ProjectPlan, choose_image, conversation_event_sinks, event_sinks, plan_project};
 

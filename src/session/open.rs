@@ -8,7 +8,7 @@ use bollard::Docker;
 use crate::config::SandboxConfig;
 use crate::output::stderr_progress;
 use crate::sandbox::image::ensure_image;
-use crate::sandbox::{DockerSandbox, SandboxError, SandboxSpec, connect_docker};
+use crate::sandbox::{DockerSandbox, OneShot, SandboxError, SandboxSpec, connect_docker};
 
 /// Connect, make sure the image exists (building a known one if not), start a sandbox on
 /// `project`.
@@ -28,6 +28,33 @@ pub async fn open_spec(
     let docker = ensure_images(cfg).await?;
     let sandbox = DockerSandbox::create(&docker, spec).await?;
     Ok((docker, sandbox))
+}
+
+/// `exec`'s fast path: `argv` as the own process of a sandbox on `project` (see
+/// [`DockerSandbox::run_once`]). `Ok(None)`: not for this run (services, a build cache to copy
+/// in, ports, per-call mode, gVisor, Podman, a remote engine) or not in this image; nothing ran,
+/// and the caller opens a sandbox the usual way.
+pub(crate) async fn open_one_shot(
+    cfg: &SandboxConfig,
+    project: &Path,
+    argv: &[String],
+) -> Result<Option<OneShot>, SandboxError> {
+    let spec = cfg.bind_spec(project)?;
+    // Each of these needs the executor or a command before the user's; under gVisor a
+    // container's streams can outlive it.
+    if !spec.services.is_empty()
+        || spec.extras.seed.is_some()
+        || !spec.extras.forwards.is_empty()
+        || spec.per_call_exec
+        || spec.runtime.as_deref().is_some_and(crate::sandbox::is_gvisor)
+        || crate::sandbox::engine::current().is_remote()
+        || argv.is_empty()
+        || argv.iter().any(|a| a.is_empty() || a.contains('\0'))
+    {
+        return Ok(None);
+    }
+    let docker = ensure_images(cfg).await?;
+    DockerSandbox::run_once(&docker, spec, argv).await
 }
 
 /// Connect, and make sure the image and every `--service`'s exist.

@@ -36,6 +36,7 @@ mod hostile_verdict;
 mod images;
 mod isolate;
 mod mcp;
+mod oneshot;
 mod pool;
 mod processes;
 mod publish;

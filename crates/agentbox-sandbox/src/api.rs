@@ -165,13 +165,18 @@ pub async fn remove_container(docker: &Docker, id: &str) {
 /// a daemon that came back and finishes what it was doing), is really gone: `false` if it is
 /// still there or the daemon stops answering.
 pub(crate) async fn wait_gone(docker: &Docker, id: &str) -> bool {
-    for _ in 0..100 {
+    // A removal under way takes tens of ms (a one-shot sandbox's, after its command, is on the
+    // user's path): asked again after 5 ms, the pause doubling up to 100 ms, ~10 s in all.
+    let mut pause = Duration::from_millis(5);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
         match docker.inspect_container(id, None).await {
             Err(gone) if status_of(&gone) == Some(404) => return true,
             // Still there, in a state only Podman has ("stopped"), which bollard's model cannot
             // read; or still there.
             Err(BollardError::JsonDataError { .. }) | Ok(_) => {
-                tokio::time::sleep(Duration::from_millis(100)).await
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
             }
             Err(_) => return false,
         }

@@ -37,7 +37,7 @@ pub use api::{remove_container, root_cause};
 pub use capture::{Captured, HeadTail, human_bytes};
 pub use cleanup::Cleanup;
 pub use connect::{connect_docker, docker_endpoint};
-pub use docker::DockerSandbox;
+pub use docker::{DockerSandbox, OneShot, OneShotEnd};
 pub use flavor::{EngineInfo, EngineKind};
 pub use policy::{
     BASE_PATH, CA_BUNDLE, CACHE_DIR, Direction, EGRESS_PORT, EGRESS_SOCKET, ENV_LABEL, Extras, Forward,
@@ -258,6 +258,8 @@ pub enum ExecMode {
     Persistent,
     /// One Docker exec per call (images without python3, or when asked).
     PerCall,
+    /// One command, the container's own process (`exec`'s fast path): no calls at all.
+    OneShot,
 }
 
 impl std::fmt::Display for ExecMode {
@@ -265,6 +267,7 @@ impl std::fmt::Display for ExecMode {
         f.write_str(match self {
             ExecMode::Persistent => "persistent executor",
             ExecMode::PerCall => "one docker exec per call",
+            ExecMode::OneShot => "one command as the sandbox's process",
         })
     }
 }

@@ -287,12 +287,21 @@ pub enum MainProcess {
     /// A keep-alive under docker-init, as another uid (so the sandbox user's `kill -9 -1`
     /// cannot end it); every command is a Docker exec. For images without python3.
     KeepAlive,
+    /// One command and nothing else (`exec`'s fast path): a small supervisor as PID 1 and as
+    /// the sandbox user, as the executor is, which starts the command at once and ends with it
+    /// (see `oneshot.py`). The caller appends the command to the body's `cmd`.
+    OneShot,
 }
 
 /// Runs the executor when the image has python3; otherwise says so and exits, and agentbox
 /// starts the sandbox again in keep-alive mode.
 const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-python; exit 3; }; \
                     exec python3 -I -S -c \"$1\"";
+
+/// [`BOOT`] for [`MainProcess::OneShot`]: the supervisor's source, then the command. Without
+/// python3 it ends without a word, and agentbox starts the command the usual way.
+const BOOT_ONE_SHOT: &str = "command -v python3 >/dev/null 2>&1 || exit 3; \
+                             src=$1; shift; exec python3 -I -S -c \"$src\" \"$@\"";
 
 /// No setuid gains, and agentbox's seccomp profile (the engine's default without vsock and
 /// io_uring; see `seccomp.rs`) instead of the engine's own.
@@ -896,6 +905,16 @@ impl SandboxSpec {
                 vec!["/bin/sh".into(), "-c".into(), "read -r _ || true".into()],
                 format!("{0}:{0}", self.keepalive_uid()),
             ),
+            MainProcess::OneShot => (
+                vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    BOOT_ONE_SHOT.into(),
+                    "agentbox-oneshot".into(),
+                    super::executor::ONE_SHOT.into(),
+                ],
+                self.user(),
+            ),
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),
@@ -908,8 +927,8 @@ impl SandboxSpec {
             open_stdin: Some(true),
             stdin_once: Some(true),
             attach_stdin: Some(true),
-            attach_stdout: Some(main == MainProcess::Executor),
-            attach_stderr: Some(main == MainProcess::Executor),
+            attach_stdout: Some(main != MainProcess::KeepAlive),
+            attach_stderr: Some(main != MainProcess::KeepAlive),
             tty: Some(false),
             network_disabled: Some(false),
             host_config: Some(host_config),

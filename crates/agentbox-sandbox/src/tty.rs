@@ -19,7 +19,7 @@ pub enum Chunk {
     Err(bytes::Bytes),
 }
 
-pub(crate) type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, SandboxError>> + Send>>;
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, SandboxError>> + Send>>;
 
 /// A process started with [`DockerSandbox::attach_process`].
 pub struct Attached {

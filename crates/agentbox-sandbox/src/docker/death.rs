@@ -60,6 +60,22 @@ impl DockerSandbox {
             .unwrap_or(None)
     }
 
+    /// Its `die` as the live watch saw it, asked again after 2 ms, the pause doubling up to
+    /// 50 ms, for up to `within`: for a container that ended on its own a moment ago, whose
+    /// `die` is on its way (a one-shot sandbox's end is on its user's path).
+    pub(crate) async fn died(&self, within: Duration) -> Option<Death> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let seen = self.events.lock().unwrap_or_else(|p| p.into_inner()).death();
+            if seen.is_some() || started.elapsed() >= within {
+                return seen;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
     /// The error for a container that died under a command, said in the words that fit why.
     pub(crate) async fn explain_death(&self, why: String) -> SandboxError {
         // The events can lag or miss the OOM under load (seen under gVisor in CI); the
@@ -224,9 +240,9 @@ pub(crate) fn watch_events(docker: &Docker, cid: &str) -> Arc<Mutex<Seen>> {
 /// How a container ended, from its events.
 pub(crate) struct Death {
     /// The memory cgroup's OOM killer fired in it.
-    oom: bool,
+    pub(super) oom: bool,
     /// It was killed through the API (`docker kill`, `docker rm -f`): from outside.
     killed: bool,
     /// The `die` event's exit status, as the daemon gives it ("137": SIGKILL).
-    exit_code: String,
+    pub(super) exit_code: String,
 }

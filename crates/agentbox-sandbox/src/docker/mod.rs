@@ -32,6 +32,7 @@ use agentbox_hostfs::hostscan::HostGuard;
 mod checks;
 mod death;
 mod exec;
+mod oneshot;
 mod scratch;
 mod services;
 mod volume;
@@ -41,16 +42,19 @@ pub(crate) use death::{READ_OOM_KILLS, parse_oom_kills};
 use death::{Seen, watch_events};
 use exec::JOB_REQUEST_TIME;
 pub(crate) use exec::per_call_wrapper;
+pub use oneshot::{OneShot, OneShotEnd};
 use volume::{prepare_env_volume, prepare_volume};
 
 /// One sandbox container, alive until [`Sandbox::shutdown`] or drop.
 pub struct DockerSandbox {
     docker: Docker,
     info: SandboxInfo,
-    /// The attach connection to the keep-alive's stdin (per-call mode; in executor mode the
-    /// executor holds its own). Dropping it (shutdown, drop, or this process dying) ends the
-    /// main process, and auto-remove removes the container.
-    keepalive: Mutex<Option<bollard::container::AttachContainerResults>>,
+    /// The attach connection to the keep-alive's stdin (per-call mode), or the one-shot
+    /// supervisor's (in executor mode the executor holds its own). Dropping it (shutdown, drop,
+    /// or this process dying) ends the main process, and auto-remove removes the container.
+    keepalive: Mutex<Option<Box<dyn Send>>>,
+    /// A one-shot sandbox's command output and exit, until [`DockerSandbox::run_once`] takes them.
+    one_shot: Mutex<Option<oneshot::Parts>>,
     executor: tokio::sync::Mutex<Option<Executor>>,
     closed: AtomicBool,
     /// The container died under us (killed or removed from outside): every later call fails.
@@ -126,12 +130,12 @@ impl DockerSandbox {
             };
             let created = async {
                 if !spec.per_call_exec {
-                    if let Some(sb) = Self::create_as(docker, &spec, MainProcess::Executor).await? {
+                    if let Some(sb) = Self::create_as(docker, &spec, MainProcess::Executor, &[]).await? {
                         return Ok(sb);
                     }
                     debug!("the image has no python3: one docker exec per command");
                 }
-                Self::create_as(docker, &spec, MainProcess::KeepAlive)
+                Self::create_as(docker, &spec, MainProcess::KeepAlive, &[])
                     .await?
                     .ok_or_else(|| SandboxError::Other("the sandbox's keep-alive did not start".into()))
             }
@@ -175,11 +179,13 @@ impl DockerSandbox {
         .await
     }
 
-    /// `Ok(None)`: the container started but cannot host the executor (no python3).
+    /// `Ok(None)`: the container started but cannot host the executor (no python3), or the
+    /// one-shot supervisor that runs `command` (which then did not run).
     async fn create_as(
         docker: &Docker,
         spec: &SandboxSpec,
         main: MainProcess,
+        command: &[String],
     ) -> Result<Option<DockerSandbox>, SandboxError> {
         let t0 = Instant::now();
         let created_at = std::time::SystemTime::now()
@@ -189,9 +195,10 @@ impl DockerSandbox {
         let name = match main {
             MainProcess::Executor => spec.container_name(),
             MainProcess::KeepAlive => format!("{}-percall", spec.container_name()),
+            MainProcess::OneShot => format!("{}-once", spec.container_name()),
         };
         let engine = super::flavor::info(docker).await;
-        let (etc, body) = if super::engine::current().is_remote() {
+        let (etc, mut body) = if super::engine::current().is_remote() {
             // No bind mount of this machine's files: the entries come in an image layer.
             let mut with_user = spec.clone();
             with_user.image = super::identity::image_with_user(docker, spec).await?;
@@ -201,6 +208,17 @@ impl DockerSandbox {
             let body = spec.create_body(main, Some(etc.dir()), &engine);
             (Some(etc), body)
         };
+        if main == MainProcess::OneShot
+            && let Some(cmd) = body.cmd.as_mut()
+        {
+            cmd.extend([
+                "/bin/sh".into(),
+                "-c".into(),
+                exec::one_shot_prelude(),
+                "agentbox-run".into(),
+            ]);
+            cmd.extend(command.iter().cloned());
+        }
         debug!(
             step = "image facts",
             elapsed_ms = t0.elapsed().as_millis() as u64,
@@ -222,8 +240,14 @@ impl DockerSandbox {
             "container created"
         );
         let events = watch_events(docker, &id);
+        let mut exit = None;
+        // A one-shot container's status is waited for from before it starts: it may be gone
+        // (auto-removed) by the time its output ends.
+        if main == MainProcess::OneShot {
+            exit = Some(oneshot::wait_exit(docker, &id));
+        }
         let result = async {
-            let executor_mode = main == MainProcess::Executor;
+            let executor_mode = main != MainProcess::KeepAlive;
             // Attached before start, so nothing the main process writes is missed, and so its
             // stdin is ours from the first instant: when this connection drops, stdin closes.
             let attach = docker
@@ -249,18 +273,32 @@ impl DockerSandbox {
                 elapsed_ms = t0.elapsed().as_millis() as u64,
                 "container started"
             );
-            let (executor, keepalive) = if executor_mode {
-                match Executor::from_attach(attach).await {
-                    Some(ex) => (Some(ex), None),
+            let (executor, keepalive, one_shot, exec_mode) = match main {
+                MainProcess::Executor => match Executor::from_attach(attach).await {
+                    Some(ex) => (Some(ex), None, None, ExecMode::Persistent),
                     None => return Ok(None),
+                },
+                MainProcess::KeepAlive => (
+                    None,
+                    Some(Box::new(attach) as Box<dyn Send>),
+                    None,
+                    ExecMode::PerCall,
+                ),
+                MainProcess::OneShot => {
+                    let Some(output) = oneshot::hello(attach.output).await else {
+                        return Ok(None);
+                    };
+                    let parts = oneshot::Parts {
+                        output,
+                        exit: exit.take(),
+                    };
+                    (
+                        None,
+                        Some(Box::new(attach.input) as Box<dyn Send>),
+                        Some(parts),
+                        ExecMode::OneShot,
+                    )
                 }
-            } else {
-                (None, Some(attach))
-            };
-            let exec_mode = if executor.is_some() {
-                ExecMode::Persistent
-            } else {
-                ExecMode::PerCall
             };
             debug!(
                 step = "executor ready",
@@ -284,6 +322,7 @@ impl DockerSandbox {
                     },
                 },
                 keepalive: Mutex::new(keepalive),
+                one_shot: Mutex::new(one_shot),
                 executor: tokio::sync::Mutex::new(executor),
                 closed: AtomicBool::new(false),
                 gone: AtomicBool::new(false),
@@ -514,6 +553,9 @@ impl Sandbox for DockerSandbox {
             let result = match self.info.exec_mode {
                 ExecMode::Persistent => self.exec_persistent(&req).await,
                 ExecMode::PerCall => self.exec_per_call(&req).await,
+                ExecMode::OneShot => Err(SandboxError::Other(
+                    "a one-shot sandbox runs its own command only".into(),
+                )),
             };
             match result {
                 Err(SandboxError::ContainerGone(why)) => Err(self.explain_death(why).await),
