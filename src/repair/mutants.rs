@@ -127,7 +127,7 @@ fn code_mask(text: &str, lang: Lang) -> Vec<bool> {
 struct Edit {
     start: usize,
     end: usize,
-    with: &'static str,
+    with: String,
     what: String,
 }
 
@@ -142,11 +142,11 @@ fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
     let is_code = |i: usize, n: usize| (i..i + n).all(|k| code.get(k).copied().unwrap_or(false));
     let spaced = |i: usize, n: usize| i > 0 && at(i - 1) == b' ' && at(i + n) == b' ';
     let mut out = Vec::new();
-    let mut edit = |start: usize, end: usize, with: &'static str, what: String| {
+    let mut edit = |start: usize, end: usize, with: &str, what: String| {
         out.push(Edit {
             start,
             end,
-            with,
+            with: with.to_string(),
             what,
         })
     };
@@ -199,7 +199,7 @@ fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
             }
             let one = at(j) == b'1' && !(is_word(at(j + 1)) || at(j + 1) == b'.') && is_code(j, 1);
             let sign = c as char;
-            let other: &'static str = if c == b'+' { "-" } else { "+" };
+            let other = if c == b'+' { "-" } else { "+" };
             if one {
                 let mut k = i;
                 while k > 0 && at(k - 1) == b' ' {
@@ -218,7 +218,7 @@ fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
                 j += 1;
             }
             let word = &line[i..j];
-            let swap: Option<&'static str> = match (word, lang) {
+            let swap = match (word, lang) {
                 ("min", _) if at(j) == b'(' => Some("max"),
                 ("max", _) if at(j) == b'(' => Some("min"),
                 ("and", Lang::Python) => Some("or"),
@@ -241,6 +241,168 @@ fn edits(line: &str, code: &[bool], lang: Lang) -> Vec<Edit> {
         }
         i += 1;
     }
+    for (start, end, with, what) in precedence(line, code, lang)
+        .into_iter()
+        .chain(range_ends(line, code, lang))
+    {
+        edit(start, end, &with, what);
+    }
+    out
+}
+
+/// Where the bracket opened at `open` closes on this line (code only), if it does.
+fn closing(b: &[u8], code: &[bool], open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, &c) in b.iter().enumerate().skip(open) {
+        if !code.get(k).copied().unwrap_or(false) {
+            continue;
+        }
+        match c {
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the bracket closed at `close` opened on this line (code only), if it does.
+fn opening(b: &[u8], code: &[bool], close: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for k in (0..=close).rev() {
+        if !code.get(k).copied().unwrap_or(false) {
+            continue;
+        }
+        match b[k] {
+            b')' | b']' | b'}' => depth += 1,
+            b'(' | b'[' | b'{' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The operand that starts at `i` (a name or number with its `.field`s, calls and indexes, or
+/// a bracketed expression): its end.
+fn operand_after(b: &[u8], code: &[bool], i: usize) -> Option<usize> {
+    let mut j = i;
+    loop {
+        match b.get(j) {
+            Some(b'(' | b'[') => j = closing(b, code, j)? + 1,
+            Some(&c) if is_word(c) || c == b'.' => j += 1,
+            _ => break,
+        }
+    }
+    (j > i && code.get(i).copied().unwrap_or(false)).then_some(j)
+}
+
+/// The operand that ends just before `end`: its start.
+fn operand_before(b: &[u8], code: &[bool], end: usize) -> Option<usize> {
+    let mut i = end;
+    while i > 0 {
+        match b[i - 1] {
+            b')' | b']' => i = opening(b, code, i - 1)?,
+            c if is_word(c) || c == b'.' => i -= 1,
+            _ => break,
+        }
+    }
+    (i < end && code.get(i).copied().unwrap_or(false)).then_some(i)
+}
+
+/// A precedence mistake put right by brackets: `a - b * c` → `(a - b) * c` (also `+`, `/`),
+/// and in Python `x and y or z` → `x and (y or z)`.
+fn precedence(line: &str, code: &[bool], lang: Lang) -> Vec<(usize, usize, String, String)> {
+    let b = line.as_bytes();
+    let at = |i: usize| b.get(i).copied().unwrap_or(b'\n');
+    let is_code = |i: usize| code.get(i).copied().unwrap_or(false);
+    let mut out = Vec::new();
+    for i in 1..b.len() {
+        let c = b[i];
+        if !((c == b'+' || c == b'-') && is_code(i) && at(i - 1) == b' ' && at(i + 1) == b' ') {
+            continue;
+        }
+        let (Some(start), Some(end)) = (operand_before(b, code, i - 1), operand_after(b, code, i + 2)) else {
+            continue;
+        };
+        let next = at(end + 1);
+        if at(end) == b' ' && (next == b'*' || next == b'/') && is_code(end + 1) && at(end + 2) != b'=' {
+            let op = &line[i..i + 1];
+            let times = if next == b'*' { "*" } else { "/" };
+            out.push((
+                start,
+                end,
+                format!("({})", &line[start..end]),
+                format!("`a {op} b {times} c` → `(a {op} b) {times} c`"),
+            ));
+        }
+    }
+    if lang == Lang::Python
+        && let (Some(and), Some(or)) = (line.find(" and "), line.rfind(" or "))
+        && and < or
+        && is_code(and + 1)
+        && is_code(or + 1)
+    {
+        let start = and + " and ".len();
+        let mut end = line.trim_end().len();
+        if line[..end].ends_with(':') {
+            end -= 1;
+        }
+        let span = &line[start..end];
+        let balanced = span.bytes().enumerate().try_fold(0i32, |depth, (k, c)| {
+            let depth = match c {
+                b'(' | b'[' | b'{' if is_code(start + k) => depth + 1,
+                b')' | b']' | b'}' if is_code(start + k) => depth - 1,
+                _ => depth,
+            };
+            (depth >= 0).then_some(depth)
+        }) == Some(0);
+        if balanced && !span.trim_start().starts_with('(') {
+            out.push((
+                start,
+                end,
+                format!("({span})"),
+                "`x and y or z` → `x and (y or z)`".into(),
+            ));
+        }
+    }
+    out
+}
+
+/// Python's `range(...)` one further: `range(n - k)` → `range(n - k + 1)` (an off-by-one in a
+/// loop's bound, where no `+ 1` was written to drop).
+fn range_ends(line: &str, code: &[bool], lang: Lang) -> Vec<(usize, usize, String, String)> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    if lang != Lang::Python {
+        return out;
+    }
+    let mut from = 0;
+    while let Some(k) = line[from..].find("range(").map(|k| k + from) {
+        from = k + "range(".len();
+        let word_before = k > 0 && is_word(b[k - 1]);
+        if word_before || !code.get(k).copied().unwrap_or(false) {
+            continue;
+        }
+        let open = k + "range".len();
+        let Some(close) = closing(b, code, open) else {
+            continue;
+        };
+        let last = line[open + 1..close].rsplit(',').next().unwrap_or("").trim();
+        if last.is_empty() || last.ends_with("+ 1") || last.ends_with("- 1") {
+            continue;
+        }
+        out.push((close, close, " + 1".into(), "`+ 1` added to range()'s end".into()));
+    }
     out
 }
 
@@ -261,7 +423,8 @@ fn targets(loc: &Localised, tests: &[String]) -> Vec<(String, String)> {
     };
     for test in tests {
         let short = focus::short_name(test);
-        let Some((_, code)) = find(short, true) else {
+        // A test in a test file, else beside the code (Rust's `mod tests`).
+        let Some((_, code)) = find(short, true).or_else(|| find(short, false)) else {
             continue;
         };
         for name in focus::calls_in(&code) {
@@ -322,7 +485,7 @@ pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
                 let content = format!(
                     "{}{}{}",
                     &text[..starts + e.start],
-                    e.with,
+                    &e.with,
                     &text[starts + e.end..]
                 );
                 if out.iter().any(|m| m.path == path && m.content == content) {
@@ -477,5 +640,91 @@ mod tests {
         assert_eq!(e("y = n - 10", Lang::Python), ["`-` → `+`"]);
         assert_eq!(e("y = n - 1.5", Lang::Python), ["`-` → `+`"]);
         assert!(lang("notes.md").is_none());
+    }
+
+    /// Each edit of `l` applied alone: (what, the line after).
+    fn applied(l: &str, lang: Lang) -> Vec<(String, String)> {
+        edits(l, &code_mask(l, lang), lang)
+            .into_iter()
+            .map(|e| (e.what, format!("{}{}{}", &l[..e.start], e.with, &l[e.end..])))
+            .collect()
+    }
+
+    #[test]
+    fn brackets_for_a_precedence_mistake_and_a_range_one_further() {
+        let after = |l: &str, lang, what: &str| -> Vec<String> {
+            applied(l, lang)
+                .into_iter()
+                .filter(|(w, _)| w.contains(what))
+                .map(|(_, l)| l)
+                .collect()
+        };
+        let py = Lang::Python;
+        assert_eq!(
+            after("    return f - 32 * 5 / 9", py, "(a - b)"),
+            ["    return (f - 32) * 5 / 9"]
+        );
+        assert_eq!(
+            after("    total = item.price(tax) + rates[k] / 100", py, "(a + b)"),
+            ["    total = (item.price(tax) + rates[k]) / 100"]
+        );
+        // Already bracketed, or no `*`//`/` after the right operand: nothing.
+        assert!(after("    return (f - 32) * 5 / 9", py, "(a - b)").is_empty());
+        assert!(after("    return a - b + c", py, "(a").is_empty());
+        // `**`'s first star is a `*`, `-=` is no operator here.
+        assert!(after("    x -= y * 2", py, "(a").is_empty());
+        assert_eq!(
+            after(
+                "    return not user.suspended and user.id == doc.owner_id or user.is_admin",
+                py,
+                "x and (y or z)"
+            ),
+            ["    return not user.suspended and (user.id == doc.owner_id or user.is_admin)"]
+        );
+        assert_eq!(
+            after("    if a and b or c:", py, "x and (y or z)"),
+            ["    if a and (b or c):"]
+        );
+        // In a string, or `or` before `and`: nothing.
+        assert!(after("    s = 'a and b or c'", py, "x and").is_empty());
+        assert!(after("    return a or b and c", py, "x and").is_empty());
+        assert_eq!(
+            after("    for start in range(len(readings) - window):", py, "range()"),
+            ["    for start in range(len(readings) - window + 1):"]
+        );
+        assert_eq!(
+            after("    for i in range(1, n):", py, "range()"),
+            ["    for i in range(1, n + 1):"]
+        );
+        // Already `± 1` (the other edits turn those), not Python, a name ending in `range`.
+        assert!(after("    for i in range(n - 1):", py, "range()").is_empty());
+        assert!(
+            after(
+                "for i in range(n) {",
+                Lang::CLike { single_quote: true },
+                "range()"
+            )
+            .is_empty()
+        );
+        assert!(after("    x = my_range(n)", py, "range()").is_empty());
+    }
+
+    #[test]
+    fn a_rust_test_beside_the_code_finds_the_functions_it_calls() {
+        let lib = "pub fn wrap(width: usize) -> usize {\n    width + 1\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn wraps() {\n        assert_eq!(wrap(3), 3);\n    }\n}\n";
+        let loc = Localised {
+            shown: vec![Shown {
+                path: "src/lib.rs".into(),
+                text: lib.into(),
+                test: false,
+            }],
+            ..Default::default()
+        };
+        let ms = mutants(&loc, &["tests::wraps".into()], 100);
+        assert!(
+            whats(&ms).contains(&"`+ 1` dropped, src/lib.rs:2"),
+            "{:?}",
+            whats(&ms)
+        );
     }
 }

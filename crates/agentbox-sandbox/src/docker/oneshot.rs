@@ -201,23 +201,34 @@ impl OneShot {
 
     /// How it ended, once its output has: its status, and whether the memory limit killed
     /// anything in it (the daemon's `oom` event, which comes before the container's `die`).
+    /// The `die` event carries the status too and comes first (the wait's answer trailed it by
+    /// ~11 ms in a `-vv` log), so whichever says it first is taken; the wait covers a `die` the
+    /// live watch missed.
     pub async fn end(&mut self) -> Result<OneShotEnd, SandboxError> {
-        let waited = match self.exit.take() {
-            Some(handle) => handle.await.ok().flatten(),
-            None => None,
+        let sandbox = &self.sandbox;
+        let died = sandbox.died(Duration::from_secs(2));
+        tokio::pin!(died);
+        let (waited, mut death) = match self.exit.take() {
+            Some(mut wait) => tokio::select! {
+                d = &mut died => match d.as_ref().and_then(|d| d.exit_code.parse::<i64>().ok()) {
+                    Some(code) => (Some(code), d),
+                    None => ((&mut wait).await.ok().flatten(), d),
+                },
+                w = &mut wait => (w.ok().flatten(), sandbox.died(Duration::from_millis(500)).await),
+            },
+            None => (None, died.await),
         };
-        // The live watch has it within milliseconds; the daemon's log is asked only if not.
-        let death = match self.sandbox.died(Duration::from_secs(2)).await {
-            Some(d) => Some(d),
-            None => self.sandbox.death().await,
-        };
+        if death.is_none() && waited.is_none() {
+            // Neither: the daemon's log, as for any sandbox that died.
+            death = sandbox.death().await;
+        }
         let exit_code = match (waited, &death) {
             (Some(code), _) => code,
             (None, Some(d)) => d.exit_code.parse().unwrap_or(-1),
             (None, None) => {
                 return Err(SandboxError::ContainerGone(format!(
                     "no exit status from container {}",
-                    short(&self.sandbox.info.container_id)
+                    short(&sandbox.info.container_id)
                 )));
             }
         };
