@@ -251,7 +251,6 @@ async fn repair(session: &Session, settings: &AgentSettings, project: &Path, tas
         Err(early) => return early,
     };
     let rounds = r.rounds(&mut out).await;
-    r.validator.close().await;
     r.conclude(rounds, &mut out).await;
     // Only now does `r` go, and its validator's copy of the project with it: the kept files
     // were wanted until they were in the session's sandbox.
@@ -341,9 +340,7 @@ impl<'a> Repairing<'a> {
                 }
             ),
         });
-        let r = &settings.repair;
-        let many = r.mutants > 0 || r.rounds > 1 || r.candidates > r.candidate_jobs;
-        let validator = match Validator::new(session, settings, project, many).await {
+        let validator = match Validator::new(session, settings, project).await {
             Ok(v) => v,
             Err(e) => {
                 out.fatal = Some(Fatal::Sandbox(Arc::new(e)));

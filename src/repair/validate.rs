@@ -62,20 +62,14 @@ pub(super) struct Validator<'a> {
     /// Each test command's counts before the first turn: a candidate that runs no test where
     /// tests ran then has not passed.
     before: Vec<(String, Option<crate::project::results::TestCounts>)>,
-    /// Candidate sandboxes started ahead (a warm pool, as `eval --pool` has): `eval`'s own
-    /// when it has one, else the validator's, closed with [`Validator::close`].
-    pool: Option<(crate::sandbox::Pool, bool)>,
 }
 
 impl<'a> Validator<'a> {
-    /// Pack the project once; every candidate's volume is seeded from the same archive. With
-    /// `many` (more candidates to judge than are judged at once), the candidates' sandboxes are
-    /// started ahead, `candidate_jobs` at a time, while the ones before them run their tests.
+    /// Pack the project once; every candidate's volume is seeded from the same archive.
     pub(super) async fn new(
         session: &'a Session,
         settings: &AgentSettings,
         project: &Path,
-        many: bool,
     ) -> Result<Validator<'a>, crate::sandbox::SandboxError> {
         let dir = crate::sandbox::inspect_project(project)?;
         let root = project
@@ -97,19 +91,7 @@ impl<'a> Validator<'a> {
         .await??;
         let mut cfg = settings.sandbox.clone();
         cfg.image = session.sandbox.info().image.clone();
-        let pool = match cfg.pool.take() {
-            Some(shared) => Some((shared, false)),
-            // A remote engine's pool would hold sandboxes on another machine for nothing: its
-            // copy-in is the slow part there.
-            None if many && !crate::sandbox::engine::current().is_remote() => {
-                let docker = crate::sandbox::connect_docker().await?;
-                let size = settings.repair.candidate_jobs.max(1) as usize;
-                Some((crate::sandbox::Pool::new(&docker, size).await?, true))
-            }
-            None => None,
-        };
         Ok(Validator {
-            pool,
             cfg,
             project: project.to_path_buf(),
             seed: packed.tar,
@@ -156,26 +138,13 @@ impl<'a> Validator<'a> {
             Ok(s) => s,
             Err(e) => return report(CandidateVerdict::Error, e.to_string()),
         };
-        // The same labels for every candidate, so that one started ahead serves any of them
-        // (the pool is keyed by the whole spec); the number is in the report.
-        spec.labels.push(("agentbox.candidate".into(), "1".into()));
+        spec.labels
+            .push(("agentbox.candidate".into(), number.to_string()));
         spec.labels
             .push(("agentbox.candidate-of".into(), self.session.clone()));
-        let pooled = match &self.pool {
-            Some((pool, _)) => {
-                match crate::session::from_pool(&self.cfg, pool, &spec, self.seed.path()).await {
-                    Ok(sb) => sb,
-                    Err(e) => return report(CandidateVerdict::Error, format!("its sandbox: {e}")),
-                }
-            }
-            None => None,
-        };
-        let sandbox = match pooled {
-            Some(sb) => sb,
-            None => match crate::session::open_spec(&self.cfg, spec).await {
-                Ok((_, sb)) => sb,
-                Err(e) => return report(CandidateVerdict::Error, format!("its sandbox: {e}")),
-            },
+        let sandbox = match crate::session::open_spec(&self.cfg, spec).await {
+            Ok((_, sb)) => sb,
+            Err(e) => return report(CandidateVerdict::Error, format!("its sandbox: {e}")),
         };
         let judged = self.judge(&sandbox, &files).await;
         let _ = sandbox.shutdown().await;
@@ -187,14 +156,6 @@ impl<'a> Validator<'a> {
         j.tally = tally;
         j.failing = failing;
         j
-    }
-
-    /// Remove the sandboxes started ahead and not used (the pool's, when it is the
-    /// validator's own; `eval`'s closes with the eval).
-    pub(super) async fn close(&self) {
-        if let Some((pool, true)) = &self.pool {
-            pool.close().await;
-        }
     }
 
     /// The verdict, its detail, the tests counted and their output as a prompt shows it.

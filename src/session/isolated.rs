@@ -687,7 +687,7 @@ async fn resume_env(
 
 /// A sandbox of `spec`'s kind from the warm pool, the project copied in; `None` when the pool
 /// has none of its kind (then it starts its own).
-pub(crate) async fn from_pool(
+async fn from_pool(
     cfg: &SandboxConfig,
     pool: &crate::sandbox::Pool,
     spec: &crate::sandbox::SandboxSpec,

@@ -21,7 +21,6 @@ pub mod setup_phase;
 pub mod trust;
 
 pub use error::SessionError;
-pub(crate) use isolated::from_pool;
 pub use isolated::{IsolatedCopy, PatchWritten};
 pub(crate) use open::open_one_shot;
 pub use open::{ensure_service_images, open_sandbox, open_spec};

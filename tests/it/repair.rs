@@ -202,50 +202,6 @@ async fn a_file_given_back_as_it_was_is_discarded_without_a_sandbox_and_a_name_o
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn candidates_after_the_first_batch_come_from_sandboxes_started_ahead_and_none_is_left() {
-    let docker = docker().await;
-    let p = project();
-    let since = unix_now() - 1;
-    let spawned = spawn_run(
-        &p,
-        json!([
-            candidate(&[write("counter.py", WRONG)]),
-            candidate(&[write("counter.py", &WRONG.replace(',', ";"))]),
-            candidate(&[write("counter.py", FIXED)]),
-        ]),
-        &[
-            "--strategy",
-            "repair",
-            "--candidates",
-            "3",
-            "--candidate-jobs",
-            "1",
-            "-v",
-        ],
-        &[],
-    );
-    let pid = spawned.pid;
-    let out = finish(spawned).await;
-    assert_eq!(verdicts(&out), ["failed", "failed", "passed"], "{}", out.stdout);
-    assert_eq!(p.read("counter.py"), FIXED, "{}", out.stderr);
-    // The first candidate's sandbox is its own (the pool fills for its kind from then on);
-    // the later ones are taken from the pool, each once: more were started ahead than were
-    // needed only by the pool's size (1 here), and the extra one is removed at the end.
-    let created = containers_created_labelled(&docker, pid, "agentbox.pool=1", since, unix_now() + 1).await;
-    // Each with the helper that seeds its (empty) volume.
-    let pooled = created.iter().filter(|n| !n.ends_with("-seed")).count();
-    assert!((2..=3).contains(&pooled), "{created:?}");
-    assert_eq!(
-        out.stderr.matches("handed out from the warm pool").count(),
-        2,
-        "{}",
-        out.stderr
-    );
-    assert_eq!(containers_of_pid(&docker, pid).await, 0);
-    assert_eq!(volumes_of_pid(&docker, pid).await, 0);
-}
-
 /// A candidate whose module sleeps: its tests run long enough to see the sandboxes.
 fn slow(code: &str) -> String {
     format!("import time\ntime.sleep(8)\n{code}")

@@ -238,38 +238,6 @@ pub async fn containers_created(docker: &Docker, pid: u32, since: i64, until: i6
     events.len()
 }
 
-/// The names of the containers [`containers_created`] counts that also carry `label`
-/// (`KEY=VALUE`).
-pub async fn containers_created_labelled(
-    docker: &Docker,
-    pid: u32,
-    label: &str,
-    since: i64,
-    until: i64,
-) -> Vec<String> {
-    use bollard::query_parameters::EventsOptionsBuilder;
-    use futures_util::StreamExt;
-    let filters = std::collections::HashMap::from([
-        ("type".to_string(), vec!["container".to_string()]),
-        ("event".to_string(), vec!["create".to_string()]),
-        (
-            "label".to_string(),
-            vec![format!("agentbox.pid={pid}"), label.to_string()],
-        ),
-    ]);
-    let opts = EventsOptionsBuilder::default()
-        .since(&since.to_string())
-        .until(&until.to_string())
-        .filters(&filters)
-        .build();
-    let events: Vec<_> = docker.events(Some(opts)).collect().await;
-    events
-        .into_iter()
-        .map(|e| e.expect("docker events"))
-        .filter_map(|e| e.actor?.attributes?.get("name").cloned())
-        .collect()
-}
-
 /// Now, in Unix seconds.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
