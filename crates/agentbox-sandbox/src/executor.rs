@@ -19,8 +19,6 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::{Captured, ExecOutput, ExecRequest, ProcessRefusal, SandboxError};
 
 pub(crate) const SOURCE: &str = include_str!("executor.py");
-/// The supervisor of a one-shot sandbox (`MainProcess::OneShot`).
-pub(crate) const ONE_SHOT: &str = include_str!("oneshot.py");
 
 /// What the container runs: the file-operation statuses (see `fsop`), then the executor.
 pub fn source() -> String {

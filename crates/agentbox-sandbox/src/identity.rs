@@ -268,7 +268,7 @@ async fn image_etc(docker: &Docker, spec: &SandboxSpec) -> Result<ImageEtc, Sand
 /// image's configuration, so an entry never goes stale; a missing or unreadable entry is read
 /// from the image again. The directory is the user's own (`$AGENTBOX_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/agentbox`, else `~/.cache/agentbox`), never the project's.
-mod disk_cache {
+pub(crate) mod disk_cache {
     use std::io::{Read, Write};
     use std::path::{Path, PathBuf};
 
@@ -276,7 +276,7 @@ mod disk_cache {
 
     const LIMIT: u64 = 1 << 20;
 
-    fn root() -> Option<PathBuf> {
+    pub(crate) fn root() -> Option<PathBuf> {
         let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         var("AGENTBOX_CACHE_DIR")
             .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("agentbox")))

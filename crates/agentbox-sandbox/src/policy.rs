@@ -287,9 +287,10 @@ pub enum MainProcess {
     /// A keep-alive under docker-init, as another uid (so the sandbox user's `kill -9 -1`
     /// cannot end it); every command is a Docker exec. For images without python3.
     KeepAlive,
-    /// One command and nothing else (`exec`'s fast path): a small supervisor as PID 1 and as
-    /// the sandbox user, as the executor is, which starts the command at once and ends with it
-    /// (see `oneshot.py`). The caller appends the command to the body's `cmd`.
+    /// One command and nothing else (`exec`'s fast path): a small static supervisor as PID 1
+    /// and as the sandbox user, as the executor is, which starts the command at once and ends
+    /// with it (`oneshot.c`, mounted at [`ONE_SHOT_INIT`]). The caller mounts it and appends
+    /// the command to the body's `cmd`.
     OneShot,
 }
 
@@ -298,10 +299,8 @@ pub enum MainProcess {
 const BOOT: &str = "command -v python3 >/dev/null 2>&1 || { echo agentbox-no-python; exit 3; }; \
                     exec python3 -I -S -c \"$1\"";
 
-/// [`BOOT`] for [`MainProcess::OneShot`]: the supervisor's source, then the command. Without
-/// python3 it ends without a word, and agentbox starts the command the usual way.
-const BOOT_ONE_SHOT: &str = "command -v python3 >/dev/null 2>&1 || exit 3; \
-                             src=$1; shift; exec python3 -I -S -c \"$src\" \"$@\"";
+/// Where a one-shot sandbox's supervisor is mounted (read-only, from the host).
+pub(crate) const ONE_SHOT_INIT: &str = "/run/agentbox-init";
 
 /// No setuid gains, and agentbox's seccomp profile (the engine's default without vsock and
 /// io_uring; see `seccomp.rs`) instead of the engine's own.
@@ -905,16 +904,7 @@ impl SandboxSpec {
                 vec!["/bin/sh".into(), "-c".into(), "read -r _ || true".into()],
                 format!("{0}:{0}", self.keepalive_uid()),
             ),
-            MainProcess::OneShot => (
-                vec![
-                    "/bin/sh".into(),
-                    "-c".into(),
-                    BOOT_ONE_SHOT.into(),
-                    "agentbox-oneshot".into(),
-                    super::executor::ONE_SHOT.into(),
-                ],
-                self.user(),
-            ),
+            MainProcess::OneShot => (vec![ONE_SHOT_INIT.into()], self.user()),
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),

@@ -16,12 +16,6 @@ pub(crate) fn per_call_wrapper() -> String {
     format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n{RLIMITS}\n\"$@\"\nrc=$?\n{SWEEP}\nexit $rc")
 }
 
-/// What a one-shot sandbox's supervisor starts the command under: the per-call wrapper's
-/// score and limits; no sweep, since everything in the sandbox ends with the supervisor.
-pub(crate) fn one_shot_prelude() -> String {
-    format!("echo 1000 > /proc/self/oom_score_adj 2>/dev/null\n{RLIMITS}\nexec \"$@\"")
-}
-
 pub(crate) const RLIMITS: &str = r#"case "$AGENTBOX_RLIMITS" in fsize:*) f=${AGENTBOX_RLIMITS#fsize:}; ulimit -f $((${f%%,*} / 512)) 2>/dev/null;; esac
 ulimit -n 4096 2>/dev/null; ulimit -c 0 2>/dev/null"#;
 

@@ -208,16 +208,12 @@ impl DockerSandbox {
             let body = spec.create_body(main, Some(etc.dir()), &engine);
             (Some(etc), body)
         };
-        if main == MainProcess::OneShot
-            && let Some(cmd) = body.cmd.as_mut()
-        {
-            cmd.extend([
-                "/bin/sh".into(),
-                "-c".into(),
-                exec::one_shot_prelude(),
-                "agentbox-run".into(),
-            ]);
-            cmd.extend(command.iter().cloned());
+        if main == MainProcess::OneShot {
+            // No supervisor built for this machine: the usual way.
+            let Some(init) = oneshot::init_binary() else {
+                return Ok(None);
+            };
+            oneshot::mount_init(&mut body, &init, command);
         }
         debug!(
             step = "image facts",

@@ -1,15 +1,77 @@
-//! A one-shot sandbox: the command is the container's own process (under a small supervisor,
-//! `oneshot.py`), as `docker run --rm` runs it: no executor to start and no Docker exec per
-//! command. For `agentbox exec`, which runs one command and ends; the policy is the sandbox's,
-//! the same create body with another main process.
+//! A one-shot sandbox: the command is the container's own process (under a small static
+//! supervisor, `oneshot.c`), as `docker run --rm` runs it: no executor to start and no Docker
+//! exec per command. For `agentbox exec`, which runs one command and ends; the policy is the
+//! sandbox's, the same create body with another main process.
 
+use std::path::PathBuf;
+
+use bollard::models::{Mount, MountType};
 use bollard::query_parameters::{KillContainerOptionsBuilder, WaitContainerOptionsBuilder};
 
 use super::*;
+use crate::policy::ONE_SHOT_INIT;
 use crate::tty::{Chunk, ChunkStream};
 
 /// The supervisor's first words on stdout, written before the command exists.
 const HELLO: &[u8] = b"agentbox-oneshot 1\n";
+
+/// The supervisor, built static for this machine by build.rs (empty where it could not be).
+const INIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/agentbox-init"));
+
+/// The supervisor as a file on this machine, to mount: in the user's cache directory, named by
+/// its digest, written once (by rename) and checked byte for byte before each use. `None`: not
+/// built for this machine, or nowhere to write it.
+pub(super) fn init_binary() -> Option<PathBuf> {
+    use sha2::Digest;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    if INIT.is_empty() {
+        return None;
+    }
+    let digest = sha2::Sha256::digest(INIT);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let dir = crate::identity::disk_cache::root()?.join("init");
+    let path = dir.join(format!("agentbox-init-{hex}"));
+    if std::fs::read(&path).is_ok_and(|on_disk| on_disk == INIT) {
+        return Some(path);
+    }
+    let written = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        let mut file = tempfile::NamedTempFile::new_in(&dir)?;
+        file.write_all(INIT)?;
+        file.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o755))?;
+        file.persist(&path).map_err(|e| e.error)?;
+        Ok(())
+    })();
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            debug!(error = %e, path = %path.display(), "cannot write the one-shot supervisor");
+            None
+        }
+    }
+}
+
+/// Mount the supervisor `init` read-only at [`ONE_SHOT_INIT`] and give it `command`.
+pub(super) fn mount_init(
+    body: &mut bollard::models::ContainerCreateBody,
+    init: &std::path::Path,
+    command: &[String],
+) {
+    if let Some(host) = body.host_config.as_mut() {
+        host.mounts.get_or_insert_with(Vec::new).push(Mount {
+            target: Some(ONE_SHOT_INIT.into()),
+            source: Some(init.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    body.cmd
+        .get_or_insert_with(|| vec![ONE_SHOT_INIT.into()])
+        .extend(command.iter().cloned());
+}
 
 type Output =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
@@ -42,8 +104,8 @@ pub(super) fn wait_exit(docker: &Docker, id: &str) -> tokio::task::JoinHandle<Op
 }
 
 /// Read the supervisor's hello off `output`; what follows it (the command's output) is the
-/// stream returned. `None`: the container ended or answered otherwise (no python3, no ctypes):
-/// the command did not run.
+/// stream returned. `None`: the container ended or answered otherwise (the supervisor could
+/// not run, or could not make itself undumpable): the command did not run.
 pub(super) async fn hello(mut output: Output) -> Option<Output> {
     let mut seen = Vec::new();
     let mut before = Vec::new();
@@ -53,7 +115,7 @@ pub(super) async fn hello(mut output: Output) -> Option<Output> {
                 Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
                     seen.extend_from_slice(&message)
                 }
-                // Python's own complaint, if any, comes before a hello that never does.
+                // The runtime's complaint, if any, comes before a hello that never does.
                 Ok(LogOutput::StdErr { message }) => before.push(LogOutput::StdErr { message }),
                 Ok(LogOutput::StdIn { .. }) => {}
                 Err(e) => {
@@ -111,8 +173,8 @@ impl DockerSandbox {
     /// OOM score, the same limits), its output streamed from the first byte. For a
     /// bind-mounted project with no services and no build cache to copy in (those need a
     /// command before the user's): anything else is refused. `Ok(None)`: not on this engine
-    /// (Podman), or not in this image (no python3 or ctypes); nothing ran, so start a sandbox
-    /// the usual way.
+    /// (Podman), or no supervisor for this machine, or it could not run; nothing ran, so start
+    /// a sandbox the usual way.
     pub async fn run_once(
         docker: &Docker,
         spec: SandboxSpec,
