@@ -202,7 +202,7 @@ async fn run_once(
 }
 
 /// What the user should know of the sandbox before its output: the project's, the image's.
-async fn say_warnings(
+pub(super) async fn say_warnings(
     sandbox: &crate::sandbox::DockerSandbox,
     cfg: &SandboxConfig,
     project: &std::path::Path,

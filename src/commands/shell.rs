@@ -127,15 +127,7 @@ pub async fn interactive(
         let _ = sandbox.shutdown().await;
         return Err(e.into());
     }
-    for warning in &sandbox.info().warnings {
-        errln!("agentbox: WARNING: {}", crate::output::escaped(warning));
-    }
-    for warning in crate::toolchain::toolchain_warnings(&cfg.image, project).await {
-        errln!("agentbox: WARNING: {}", crate::output::escaped(&warning));
-    }
-    for hint in crate::project::services::service_hints(project, &cfg.services) {
-        errln!("agentbox: hint: {}", crate::output::escaped(&hint));
-    }
+    super::exec::say_warnings(&sandbox, &cfg, project).await;
     let name = prompt_name(project);
     errln!(
         "agentbox: a shell in sandbox {} ({}), the project {}at /workspace, no network. Leave with \

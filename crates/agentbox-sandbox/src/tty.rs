@@ -21,6 +21,29 @@ pub enum Chunk {
 
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<Chunk, SandboxError>> + Send>>;
 
+/// An attach stream of container `cid` (an exec's, or the container's own) as chunks; an error
+/// is said as `what` failing.
+pub(crate) fn chunks(
+    output: impl Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send + 'static,
+    cid: &str,
+    what: &'static str,
+) -> ChunkStream {
+    let cid = cid.to_string();
+    Box::pin(output.filter_map(move |item| {
+        let cid = cid.clone();
+        async move {
+            match item {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                    Some(Ok(Chunk::Out(message)))
+                }
+                Ok(LogOutput::StdErr { message }) => Some(Ok(Chunk::Err(message))),
+                Ok(LogOutput::StdIn { .. }) => None,
+                Err(e) => Some(Err(container_error(&cid, what, e))),
+            }
+        }
+    }))
+}
+
 /// A process started with [`DockerSandbox::attach_process`].
 pub struct Attached {
     pub exec_id: String,
@@ -96,23 +119,9 @@ impl DockerSandbox {
             // Best effort: a terminal of the wrong size is still a terminal.
             let _ = self.resize_process(&exec.id, rows, cols).await;
         }
-        let cid2 = cid.clone();
-        let output = output.filter_map(move |item| {
-            let cid = cid2.clone();
-            async move {
-                match item {
-                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                        Some(Ok(Chunk::Out(message)))
-                    }
-                    Ok(LogOutput::StdErr { message }) => Some(Ok(Chunk::Err(message))),
-                    Ok(LogOutput::StdIn { .. }) => None,
-                    Err(e) => Some(Err(container_error(&cid, "exec stream", e))),
-                }
-            }
-        });
         Ok(Attached {
             exec_id: exec.id,
-            output: Box::pin(output),
+            output: chunks(output, &cid, "exec stream"),
             input,
         })
     }

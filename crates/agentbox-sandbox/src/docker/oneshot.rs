@@ -10,7 +10,7 @@ use bollard::query_parameters::{KillContainerOptionsBuilder, WaitContainerOption
 
 use super::*;
 use crate::policy::ONE_SHOT_INIT;
-use crate::tty::{Chunk, ChunkStream};
+use crate::tty::ChunkStream;
 
 /// The supervisor's first words on stdout, written before the command exists.
 const HELLO: &[u8] = b"agentbox-oneshot 1\n";
@@ -214,23 +214,10 @@ impl DockerSandbox {
                     "a one-shot sandbox without its output".into(),
                 ));
             };
-            let cid = sb.info.container_id.clone();
-            let output = parts.output.filter_map(move |item| {
-                let cid = cid.clone();
-                async move {
-                    match item {
-                        Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                            Some(Ok(Chunk::Out(message)))
-                        }
-                        Ok(LogOutput::StdErr { message }) => Some(Ok(Chunk::Err(message))),
-                        Ok(LogOutput::StdIn { .. }) => None,
-                        Err(e) => Some(Err(container_error(&cid, "attach stream", e))),
-                    }
-                }
-            });
+            let output = crate::tty::chunks(parts.output, &sb.info.container_id, "attach stream");
             Ok(Some(OneShot {
                 sandbox: sb,
-                output: Mutex::new(Some(Box::pin(output))),
+                output: Mutex::new(Some(output)),
                 exit: parts.exit,
             }))
         }
