@@ -96,16 +96,22 @@ pub struct DockerSandbox {
     service_starts: std::sync::atomic::AtomicUsize,
 }
 
+/// The engine's facts, once `spec` has been checked against them (and against a remote engine).
+async fn checked_engine(docker: &Docker, spec: &SandboxSpec) -> Result<crate::EngineInfo, SandboxError> {
+    remote_check(spec)?;
+    let engine = super::flavor::info(docker).await;
+    check_engine(&engine, spec)?;
+    debug!(step = "engine checks", "engine checked");
+    Ok(engine)
+}
+
 impl DockerSandbox {
     /// Start a sandbox: the executor as the container's main process when the image has
     /// python3 (and `per_call_exec` is off), otherwise a keep-alive and one exec per command.
     pub async fn create(docker: &Docker, spec: SandboxSpec) -> Result<DockerSandbox, SandboxError> {
         let span = info_span!("sandbox", session = %spec.session);
         async {
-            remote_check(&spec)?;
-            let engine = super::flavor::info(docker).await;
-            check_engine(&engine, &spec)?;
-            debug!(step = "engine checks", "engine checked");
+            checked_engine(docker, &spec).await?;
             let volume = match &spec.workspace {
                 WorkspaceSource::Volume { name, seed } => {
                     let registration = spec.cleanup.register_creating(Resource::Creating {
@@ -157,14 +163,7 @@ impl DockerSandbox {
                         // The sandbox works without it: every build starts cold.
                         tracing::warn!(error = %e, "the build cache was not copied in");
                     }
-                    if let WorkspaceSource::Bind {
-                        project, baseline, ..
-                    } = &spec.workspace
-                    {
-                        let guard = Arc::new(HostGuard::new(project, baseline.clone(), &spec.session));
-                        let registration = spec.cleanup.register(Resource::HostCheck(guard.clone()));
-                        sb.guard = Mutex::new(Some((guard, registration)));
-                    }
+                    sb.guard_project(&spec);
                     Ok(sb)
                 }
                 (Err(e), Some((name, registration))) => {
@@ -177,6 +176,18 @@ impl DockerSandbox {
         }
         .instrument(span)
         .await
+    }
+
+    /// A bind-mounted project's state now, registered for the host's check after the run.
+    fn guard_project(&self, spec: &SandboxSpec) {
+        if let WorkspaceSource::Bind {
+            project, baseline, ..
+        } = &spec.workspace
+        {
+            let guard = Arc::new(HostGuard::new(project, baseline.clone(), &spec.session));
+            let registration = spec.cleanup.register(Resource::HostCheck(guard.clone()));
+            *self.guard.lock().unwrap_or_else(|e| e.into_inner()) = Some((guard, registration));
+        }
     }
 
     /// `Ok(None)`: the container started but cannot host the executor (no python3), or the

@@ -190,10 +190,7 @@ impl DockerSandbox {
         }
         let span = info_span!("sandbox", session = %spec.session);
         async {
-            remote_check(&spec)?;
-            let engine = crate::flavor::info(docker).await;
-            check_engine(&engine, &spec)?;
-            debug!(step = "engine checks", "engine checked");
+            let engine = checked_engine(docker, &spec).await?;
             // Podman's compatible API waits and reports events otherwise than Docker's.
             if engine.is_podman() {
                 return Ok(None);
@@ -201,14 +198,7 @@ impl DockerSandbox {
             let Some(sb) = Self::create_as(docker, &spec, MainProcess::OneShot, argv).await? else {
                 return Ok(None);
             };
-            if let WorkspaceSource::Bind {
-                project, baseline, ..
-            } = &spec.workspace
-            {
-                let guard = Arc::new(HostGuard::new(project, baseline.clone(), &spec.session));
-                let registration = spec.cleanup.register(Resource::HostCheck(guard.clone()));
-                *sb.guard.lock().unwrap_or_else(|e| e.into_inner()) = Some((guard, registration));
-            }
+            sb.guard_project(&spec);
             let Some(parts) = sb.one_shot.lock().unwrap_or_else(|e| e.into_inner()).take() else {
                 return Err(SandboxError::Other(
                     "a one-shot sandbox without its output".into(),
