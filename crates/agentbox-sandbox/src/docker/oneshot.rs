@@ -138,7 +138,8 @@ pub(super) async fn hello(mut output: Output) -> Option<Output> {
             .flat_map(|o| o.as_ref().to_vec())
             .chain(seen)
             .collect();
-        debug!(said = %String::from_utf8_lossy(&said), "no one-shot supervisor");
+        // Debug-formatted: escaped, whatever the container wrote.
+        debug!(said = ?String::from_utf8_lossy(&said), "no one-shot supervisor");
         return None;
     }
     // Only stderr can have come before the hello, and the supervisor writes none: what did is
