@@ -678,8 +678,10 @@ pub struct AgentArgs {
     pub candidate_jobs: u32,
 
     /// With --strategy repair or auto: how the model returns its changes: `text` (each file's
-    /// path, then the whole file in a fenced code block), `blocks` (search/replace blocks:
-    /// only the lines that change), or `tools` (write_file calls). A 1.5B model asked for
+    /// path, then the whole file in a fenced code block), `functions` (only the functions
+    /// that change, each whole in a fenced code block, written into the file in place of the
+    /// definitions of the same name), `blocks` (search/replace
+    /// blocks: only the lines that change), or `tools` (write_file calls). A 1.5B model asked for
     /// tool calls wrote junk for content (the file's name) where, asked for text, it wrote the
     /// fixed file [default: text].
     #[arg(help_heading = "Strategy", long, value_enum, value_name = "FORMAT")]
@@ -694,7 +696,9 @@ pub struct AgentArgs {
     /// With --strategy repair or auto: before the model is asked, each round tests up to N
     /// one-token changes to the functions the failing tests call (and those they call): `/`
     /// and `//`, `<` and `<=`, `==` and `!=`, `+` and `-`, `min` and `max`, `and` and `or`, a
-    /// `+ 1` or `- 1` dropped or turned round; outside strings and comments, in Python,
+    /// `+ 1` or `- 1` dropped or turned round; then a line or an `else` branch deleted, and in
+    /// Python a mutable default argument made new each call and a parameter's alias made a
+    /// copy; outside strings and comments, in Python,
     /// JavaScript/TypeScript, Rust, Go and other C-like files. Each is a candidate in its own
     /// sandbox; one that passes wins, one that fixes some failing tests and breaks none
     /// starts the next round. 0: none [default: 0; with --small-model: 24].
@@ -802,6 +806,9 @@ pub enum RepairReply {
     Tools,
     /// Search/replace blocks: each change's file, the lines as they are, and what replaces them.
     Blocks,
+    /// Only the functions that change, each whole under its file's path, written into the file
+    /// in place of the definitions of the same name.
+    Functions,
 }
 
 impl Strategy {

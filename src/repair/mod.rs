@@ -14,6 +14,7 @@ pub mod localise;
 mod mutants;
 mod prompt;
 pub mod reply;
+mod splice;
 mod validate;
 
 use std::collections::HashMap;
@@ -212,13 +213,13 @@ fn changes_of(
                 }
                 applied.files
             }
-            // Whole files in fenced blocks, as the model may answer anyway.
-            Ok(_) => reply::files_from_turn(turn, sources)
+            // Whole files (or functions) in fenced blocks, as the model may answer anyway.
+            Ok(_) => spliced(turn, view, sources, &mut notes)
                 .map_err(|why| discard(CandidateVerdict::Unparsable, Vec::new(), why))?,
             Err(why) => return Err(discard(CandidateVerdict::Unparsable, Vec::new(), why)),
         }
     } else {
-        reply::files_from_turn(turn, sources)
+        spliced(turn, view, sources, &mut notes)
             .map_err(|why| discard(CandidateVerdict::Unparsable, Vec::new(), why))?
     };
     if files.iter().all(|f| view.unchanged(f)) {
@@ -233,6 +234,19 @@ fn changes_of(
             detail,
         ));
     }
+    Ok(files)
+}
+
+/// A reply's files, a fragment of one (only the functions it changes) written into it.
+fn spliced(
+    turn: &Turn,
+    view: &localise::Localised,
+    sources: &[String],
+    notes: &mut Vec<String>,
+) -> Result<Vec<FileWrite>, String> {
+    let writes = reply::writes_from_turn(turn, sources)?;
+    let (files, spliced) = splice::apply(writes, &|p| view.text_of(p));
+    notes.extend(spliced);
     Ok(files)
 }
 
@@ -348,7 +362,9 @@ impl<'a> Repairing<'a> {
             }
         };
         let (tools, tool_choice) = match reply_format {
-            RepairReply::Text | RepairReply::Blocks => (Vec::new(), ToolChoice::Auto),
+            RepairReply::Text | RepairReply::Functions | RepairReply::Blocks => {
+                (Vec::new(), ToolChoice::Auto)
+            }
             RepairReply::Tools => (
                 ToolRegistry::write_only().specs(&session.tool_settings),
                 ToolChoice::Required,

@@ -40,6 +40,16 @@ const SYSTEM_BLOCKS: &str = "You fix bugs in code. You are given a task, the out
      >>>>>>> REPLACE\n\n\
      Copy whole lines into SEARCH, with their indentation, and enough of them to find the place. \
      Fix every bug the failing tests show; change as little as needed.";
+/// The system prompt for `--repair-reply functions`: only the functions that change
+/// ([`super::splice`] writes them into their files). A 1.5B model asked for whole files mostly
+/// gave them back unchanged, 30-60 s each on 2 cores; a function is a few seconds. Asked to say
+/// first which line is wrong, it wrote only that sentence, in 9 of 13 replies (no code at all).
+const SYSTEM_FUNCTIONS: &str = "You fix bugs in code. You are given a task, the output of the project's failing \
+     tests, the test files and the source files. The tests are the specification: never change them. \
+     The source code as shown fails those tests, so some line of it must change. Reply with each \
+     function you change: the file's path on a line of its own, then the whole corrected function, \
+     from its first line to its last, in a fenced code block. Give back only the functions you \
+     change, and change as little as needed.";
 /// The reply's room beyond the files it may rewrite: a whole file comes back a little longer
 /// than it went out (JSON escapes, a fence, a changed line), and a reply that runs on past
 /// that is a runaway (one ran to 4 096 tokens, 7 minutes on 2 cores).
@@ -52,6 +62,7 @@ pub(super) async fn system(session: &Session, reply: RepairReply) -> String {
         RepairReply::Text => format!("{SYSTEM}{SYSTEM_TEXT}"),
         RepairReply::Tools => format!("{SYSTEM}{SYSTEM_TOOLS}"),
         RepairReply::Blocks => SYSTEM_BLOCKS.to_string(),
+        RepairReply::Functions => SYSTEM_FUNCTIONS.to_string(),
     };
     if let Ok(Some(text)) = crate::session::prompt::project_instructions(&session.sandbox).await {
         system.push_str("\n\n# Instructions from the project (its AGENTS.md)\n\n");
@@ -133,6 +144,10 @@ pub(super) fn prompt(
             "\nReply with write_file calls, one for each source file you change, each with the complete \
              corrected file. If you cannot call tools, write each changed file's path on a line of its \
              own followed by the whole file in a fenced code block.\n"
+        }
+        RepairReply::Functions => {
+            "\nReply with each function you change, code first: the file's path on a line of its own, then \
+             the whole corrected function in a fenced code block.\n"
         }
         RepairReply::Blocks => {
             "\nReply with a search/replace block for each change: the file's path on a line of its own, \

@@ -18,6 +18,16 @@ pub struct FileWrite {
 /// offered for rewriting (a block with no name is the only one of them, if there is one).
 pub fn files_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, String> {
     let mut files = Vec::new();
+    for w in writes_from_turn(turn, shown)? {
+        push(&mut files, w);
+    }
+    Ok(files)
+}
+
+/// [`files_from_turn`]'s writes in the reply's order, a file as often as the reply gives it (a
+/// function at a time, for [`super::splice`]).
+pub fn writes_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, String> {
+    let mut files = Vec::new();
     let mut problems = Vec::new();
     for call in turn.tool_calls() {
         if call.name != "write_file" {
@@ -26,22 +36,17 @@ pub fn files_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, 
         }
         match &call.arguments {
             ToolArgs::Json(Value::Object(map)) => match (map.get("path"), map.get("content")) {
-                (Some(Value::String(path)), Some(Value::String(content))) => push(
-                    &mut files,
-                    FileWrite {
-                        path: normalise(path),
-                        content: content.clone(),
-                    },
-                ),
+                (Some(Value::String(path)), Some(Value::String(content))) => files.push(FileWrite {
+                    path: normalise(path),
+                    content: content.clone(),
+                }),
                 _ => problems.push("a write_file call without a string path and content".into()),
             },
             _ => problems.push("a write_file call whose arguments are not a JSON object".into()),
         }
     }
     if files.is_empty() {
-        for block in fenced_blocks(&turn.text(), shown) {
-            push(&mut files, block);
-        }
+        files = fenced_blocks(&turn.text(), shown);
     }
     if files.is_empty() {
         let why = if problems.is_empty() {

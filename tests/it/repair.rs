@@ -1255,3 +1255,54 @@ async fn mutants_fix_two_one_token_bugs_in_two_rounds_without_asking_the_model()
     assert_eq!(report(&out)["summary_by_agentbox"], true);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_of_only_the_functions_that_change_is_written_into_the_file() {
+    // As the local model answers: a sentence, then each changed function in its own block.
+    let days = "def days_late(due, returned):\n    \"\"\"Whole days after the due date.\"\"\"\n    total = max(returned - due, 0)\n    return total\n";
+    let fee = "def fee(days, member=False):\n    \"\"\"25 cents a day; members pay half, in whole cents.\"\"\"\n    total = days * 25\n    if member:\n        total = total // 2\n    return total\n";
+    let reply = format!(
+        "`+ 1` counts the due date as late, and `/` makes a float.\n\nfees.py\n```python\n{days}```\n\n### fees.py\n```python\n{fee}```\n"
+    );
+    for format in ["functions", "text"] {
+        let p = fees();
+        let out = run(
+            &p,
+            json!([{ "text": reply }]),
+            &[
+                "--strategy",
+                "repair",
+                "--repair-reply",
+                format,
+                "--candidates",
+                "1",
+            ],
+        )
+        .await;
+        assert_eq!(verdicts(&out), ["passed"], "{format}: {}", out.stderr);
+        // Both functions replaced, nothing else of the file lost.
+        assert_eq!(
+            p.read("fees.py"),
+            FEES.replace(DAYS_BUG, DAYS_FIX).replace(HALF_BUG, HALF_FIX),
+            "{format}"
+        );
+    }
+    // A block holding a definition the file does not have, and a line it lacks, is the whole
+    // file, as before: here a file without `fee`, whose test then fails to import it.
+    let p = fees();
+    let out = run(
+        &p,
+        json!([{ "text": format!("fees.py\n```python\nRATE = 25\n\n{days}```\n") }]),
+        &[
+            "--strategy",
+            "repair",
+            "--repair-reply",
+            "functions",
+            "--candidates",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(verdicts(&out), ["failed"], "{}", out.stderr);
+    assert_eq!(p.read("fees.py"), FEES);
+}
