@@ -457,7 +457,37 @@ pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
     if max == 0 {
         return out;
     }
-    for (path, name) in targets(loc, tests) {
+    let targets = targets(loc, tests);
+    one_token(loc, &targets, max, &mut out);
+    // Then changes of a line or a block, function by function: fewer of them are fixes, and
+    // each costs a test run, so they come after every one-token change.
+    for (path, name) in &targets {
+        if out.len() >= max {
+            break;
+        }
+        let (Some(lang), Some(file)) = (lang(path), loc.shown.iter().find(|f| f.path == *path && !f.test))
+        else {
+            continue;
+        };
+        for (content, what) in structural(&file.text, name, lang) {
+            if out.len() >= max {
+                break;
+            }
+            if !out.iter().any(|m| m.path == *path && m.content == content) {
+                out.push(Mutant {
+                    path: path.clone(),
+                    content,
+                    what: format!("{what}, {path}"),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The one-token mutants of the functions `targets`, in order, until `out` holds `max`.
+fn one_token(loc: &Localised, targets: &[(String, String)], max: usize, out: &mut Vec<Mutant>) {
+    for (path, name) in targets.iter().cloned() {
         let (Some(lang), Some(file)) = (lang(&path), loc.shown.iter().find(|f| f.path == path && !f.test))
         else {
             continue;
@@ -497,9 +527,184 @@ pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
                     what: format!("{}, {path}:{}", e.what, n + 1),
                 });
                 if out.len() >= max {
-                    return out;
+                    return;
                 }
             }
+        }
+    }
+}
+
+/// The changes of a line or a block to the function `name` of `text`, each as the whole file
+/// and words for it: the classic statement deletion of mutation testing (a line that has a
+/// sibling, so that no block is left empty; an `else` branch), and two Python bugs that no
+/// one-token change reaches: a mutable default argument (`tracks=[]`, shared by every call)
+/// and a parameter aliased before it is changed (`result = samples`, then `result[i] = ...`).
+fn structural(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let Some((first, end)) = focus::definition_lines(&lines, name) else {
+        return Vec::new();
+    };
+    let Some(sig) = (first..end).find(|&i| {
+        let t = lines[i].trim_start();
+        !(t.starts_with('@') || t.starts_with("#["))
+    }) else {
+        return Vec::new();
+    };
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let blank = |l: &str| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || t.starts_with("//")
+    };
+    let with = |from: usize, to: usize, new: &[String]| -> String {
+        let mut out: Vec<String> = lines[..from].iter().map(|l| l.to_string()).collect();
+        out.extend(new.iter().cloned());
+        out.extend(lines[to..].iter().map(|l| l.to_string()));
+        out.join("\n")
+    };
+    let mut out = Vec::new();
+    let python = lang == Lang::Python;
+    // Where deletion starts: after the signature, and after a Python docstring.
+    let mut statements = sig + 1;
+    if python {
+        let body_indent = lines[sig + 1..end]
+            .iter()
+            .find(|l| !blank(l))
+            .map_or(4, |l| indent(l));
+        // After the docstring, if the body starts with one.
+        let mut body = sig + 1;
+        while body < end && lines[body].trim().is_empty() {
+            body += 1;
+        }
+        if body < end {
+            let t = lines[body].trim_start();
+            for q in ["\"\"\"", "'''"] {
+                if let Some(rest) = t.strip_prefix(q) {
+                    body = if rest.contains(q) {
+                        body + 1
+                    } else {
+                        (body + 1..end)
+                            .find(|&i| lines[i].contains(q))
+                            .map_or(end, |i| i + 1)
+                    };
+                }
+            }
+        }
+        statements = body;
+        let pad = " ".repeat(body_indent);
+        let signature = lines[sig];
+        if signature.trim_end().ends_with(':') {
+            for (empty, ctor) in [("[]", "[]"), ("{}", "{}"), ("set()", "set()")] {
+                let mut from = 0;
+                while let Some(at) = signature[from..].find(&format!("={empty}")) {
+                    let at = from + at;
+                    from = at + 1;
+                    let param: String = signature[..at]
+                        .trim_end()
+                        .chars()
+                        .rev()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    if param.is_empty() {
+                        continue;
+                    }
+                    let mut new = vec![format!(
+                        "{}=None{}",
+                        &signature[..at],
+                        &signature[at + 1 + empty.len()..]
+                    )];
+                    new.extend(lines[sig + 1..body].iter().map(|l| l.to_string()));
+                    new.push(format!("{pad}if {param} is None:"));
+                    new.push(format!("{pad}    {param} = {ctor}"));
+                    out.push((
+                        with(sig, body, &new),
+                        format!("`{param}={empty}` → `{param}=None`, a new one each call"),
+                    ));
+                }
+            }
+        }
+        let params: Vec<String> = signature
+            .split_once('(')
+            .and_then(|(_, r)| r.rsplit_once(')'))
+            .map(|(ps, _)| {
+                ps.split(',')
+                    .map(|p| {
+                        p.trim()
+                            .trim_start_matches('*')
+                            .split([':', '='])
+                            .next()
+                            .unwrap_or("")
+                            .trim()
+                            .to_string()
+                    })
+                    .filter(|p| !p.is_empty() && p != "self" && p != "cls")
+                    .collect()
+            })
+            .unwrap_or_default();
+        for i in body..end {
+            let l = lines[i];
+            let t = l.trim();
+            if let Some((target, value)) = t.split_once(" = ")
+                && params.iter().any(|p| p == value.trim())
+                && target.chars().all(|c| c.is_alphanumeric() || c == '_')
+            {
+                let new = [format!("{}{target} = {}.copy()", &l[..indent(l)], value.trim())];
+                out.push((with(i, i + 1, &new), format!("`{t}` → a copy, line {}", i + 1)));
+            }
+        }
+    }
+    // Statement deletion.
+    for i in statements..end {
+        let l = lines[i];
+        if blank(l) || l.trim_start().starts_with(['"', '\'']) {
+            continue;
+        }
+        let t = l.trim();
+        let level = indent(l);
+        // The lines of its block: deeper ones after it.
+        let block_end = (i + 1..end)
+            .find(|&k| !lines[k].trim().is_empty() && indent(lines[k]) <= level)
+            .unwrap_or(end);
+        if python && (t == "else:" || t.starts_with("else:")) {
+            out.push((
+                with(i, block_end, &[]),
+                format!("`else` branch deleted, line {}", i + 1),
+            ));
+            continue;
+        }
+        if !python && t == "} else {" {
+            if let Some(close) =
+                (i + 1..end).find(|&k| indent(lines[k]) == level && lines[k].trim().starts_with('}'))
+            {
+                let new = [format!("{}}}", &l[..level])];
+                out.push((
+                    with(i, close + 1, &new),
+                    format!("`else` branch deleted, line {}", i + 1),
+                ));
+            }
+            continue;
+        }
+        let opens = t.ends_with(':') || t.ends_with('{') || t.ends_with('(') || t.ends_with('[');
+        let closes = t.starts_with(['}', ')', ']']);
+        let continued = t.ends_with(',')
+            || t.ends_with('\\')
+            || t.ends_with('+')
+            || t.ends_with("&&")
+            || t.ends_with("||");
+        if opens || closes || continued || block_end != i + 1 {
+            continue;
+        }
+        // A sibling at its level, so that its block is not left empty.
+        // (A closing line at its level just before it ends a sibling: `if (..) { .. }`.)
+        let at_level = |k: usize| !blank(lines[k]) && indent(lines[k]) == level;
+        let before = (sig + 1..i).rev().find(|&k| !blank(lines[k]));
+        let after = (i + 1..end).find(|&k| !blank(lines[k]));
+        if before.is_some_and(at_level)
+            || after.is_some_and(|k| at_level(k) && !lines[k].trim().starts_with(['}', ')', ']']))
+        {
+            out.push((with(i, i + 1, &[]), format!("line {} deleted (`{t}`)", i + 1)));
         }
     }
     out
@@ -726,5 +931,55 @@ mod tests {
             "{:?}",
             whats(&ms)
         );
+    }
+
+    fn structural_of(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
+        structural(text, name, lang)
+    }
+
+    #[test]
+    fn a_mutable_default_becomes_a_new_one_each_call_after_the_docstring() {
+        let text = "def new_playlist(name, tracks=[]):\n    \"\"\"A playlist.\"\"\"\n    return {\"name\": name, \"tracks\": tracks}\n";
+        let got = structural_of(text, "new_playlist", Lang::Python);
+        assert_eq!(got[0].1, "`tracks=[]` → `tracks=None`, a new one each call");
+        assert_eq!(
+            got[0].0,
+            "def new_playlist(name, tracks=None):\n    \"\"\"A playlist.\"\"\"\n    if tracks is None:\n        tracks = []\n    return {\"name\": name, \"tracks\": tracks}\n"
+        );
+    }
+
+    #[test]
+    fn a_parameter_aliased_before_it_is_changed_becomes_a_copy() {
+        let text = "def normalize(samples, target=1.0):\n    result = samples\n    for i, s in enumerate(result):\n        result[i] = s * target\n    return result\n";
+        let got = structural_of(text, "normalize", Lang::Python);
+        assert_eq!(got[0].1, "`result = samples` → a copy, line 2");
+        assert!(got[0].0.contains("    result = samples.copy()\n"), "{}", got[0].0);
+    }
+
+    #[test]
+    fn statement_deletion_takes_an_else_branch_or_a_line_with_a_sibling_never_a_whole_block() {
+        let py = "def has_conflict(b, existing):\n    for other in existing:\n        if overlaps(b, other):\n            return True\n        else:\n            return False\n    return False\n";
+        let got = structural_of(py, "has_conflict", Lang::Python);
+        let whats: Vec<&str> = got.iter().map(|(_, w)| w.as_str()).collect();
+        // `return True` alone in its block and the loop's lines that open blocks stay.
+        assert_eq!(whats, ["`else` branch deleted, line 5"], "{got:?}");
+        assert_eq!(
+            got[0].0,
+            "def has_conflict(b, existing):\n    for other in existing:\n        if overlaps(b, other):\n            return True\n    return False\n"
+        );
+        let js = "function total(xs) {\n  let t = 0;\n  t = 1;\n  if (xs) {\n    t += 1;\n  } else {\n    t = 0;\n  }\n  return t;\n}\n";
+        let got = structural_of(js, "total", Lang::CLike { single_quote: true });
+        let whats: Vec<&str> = got.iter().map(|(_, w)| w.as_str()).collect();
+        assert_eq!(
+            whats,
+            [
+                "line 2 deleted (`let t = 0;`)",
+                "line 3 deleted (`t = 1;`)",
+                "`else` branch deleted, line 6",
+                "line 9 deleted (`return t;`)"
+            ],
+            "{got:?}"
+        );
+        assert!(got[2].0.contains("    t += 1;\n  }\n  return t;"), "{}", got[2].0);
     }
 }
