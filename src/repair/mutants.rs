@@ -565,6 +565,7 @@ fn structural(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
     let python = lang == Lang::Python;
     // Where deletion starts: after the signature, and after a Python docstring.
     let mut statements = sig + 1;
+    let mut params: Vec<String> = Vec::new();
     if python {
         let body_indent = lines[sig + 1..end]
             .iter()
@@ -625,7 +626,7 @@ fn structural(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
                 }
             }
         }
-        let params: Vec<String> = signature
+        params = signature
             .split_once('(')
             .and_then(|(_, r)| r.rsplit_once(')'))
             .map(|(ps, _)| {
@@ -700,7 +701,17 @@ fn structural(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
             .iter()
             .any(|k| t.starts_with(k))
             || t.contains(":=");
-        if opens || closes || continued || declares || block_end != i + 1 {
+        // In Python, a name's first assignment: deleted, its later use is a NameError.
+        let first_assignment = python
+            && t.split_once(" = ").is_some_and(|(name, _)| {
+                name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                    && !params.iter().any(|p| p == name)
+                    && !lines[statements..i].iter().any(|l| {
+                        let l = l.trim_start();
+                        l.starts_with(&format!("{name} ")) || l.starts_with(&format!("for {name} "))
+                    })
+            });
+        if opens || closes || continued || declares || first_assignment || block_end != i + 1 {
             continue;
         }
         // A sibling at its level, so that its block is not left empty.
