@@ -28,6 +28,9 @@ pub struct Mutant {
     pub content: String,
     /// What changed and where: "`+ 1` dropped, library.py:11".
     pub what: String,
+    /// A change of a line or a block, not of one token: tried only when no one-token change
+    /// of the round made progress.
+    pub structural: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -478,6 +481,7 @@ pub fn mutants(loc: &Localised, tests: &[String], max: usize) -> Vec<Mutant> {
                     path: path.clone(),
                     content,
                     what: format!("{what}, {path}"),
+                    structural: true,
                 });
             }
         }
@@ -525,6 +529,7 @@ fn one_token(loc: &Localised, targets: &[(String, String)], max: usize, out: &mu
                     path: path.clone(),
                     content,
                     what: format!("{}, {path}:{}", e.what, n + 1),
+                    structural: false,
                 });
                 if out.len() >= max {
                     return;
