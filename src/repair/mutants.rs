@@ -649,8 +649,7 @@ fn structural(text: &str, name: &str, lang: Lang) -> Vec<(String, String)> {
                     .collect()
             })
             .unwrap_or_default();
-        for i in body..end {
-            let l = lines[i];
+        for (i, l) in lines.iter().enumerate().take(end).skip(body) {
             let t = l.trim();
             if let Some((target, value)) = t.split_once(" = ")
                 && params.iter().any(|p| p == value.trim())

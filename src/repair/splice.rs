@@ -243,7 +243,7 @@ fn defines(line: &str) -> Option<String> {
         let Some(mut r) = rest.strip_prefix(k) else {
             continue;
         };
-        if !r.starts_with(char::is_whitespace) && !(k == "func" && r.starts_with('(')) {
+        if !(r.starts_with(char::is_whitespace) || k == "func" && r.starts_with('(')) {
             continue;
         }
         r = r.trim_start();
