@@ -225,8 +225,14 @@ fn changes_of(
     if files.iter().all(|f| view.unchanged(f)) {
         let detail = if notes.is_empty() {
             "the reply gave the file(s) back as they were".to_string()
-        } else {
+        } else if reply_format == RepairReply::Blocks {
             format!("its blocks change nothing:\n{}", notes.join("\n"))
+        } else {
+            // Functions written into their files ([`splice`]) that are as they were.
+            format!(
+                "the reply gave the file(s) back as they were:\n{}",
+                notes.join("\n")
+            )
         };
         return Err(discard(
             CandidateVerdict::Unchanged,
