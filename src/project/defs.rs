@@ -88,8 +88,9 @@ fn ident(s: &str) -> Option<String> {
     (!n.is_empty() && !n.starts_with(|c: char| c.is_ascii_digit())).then_some(n)
 }
 
-/// `line` without the leading words in `skip` (qualifiers), then after `keyword`, the name.
-fn after(line: &str, skip: &[&str], keywords: &[&str]) -> Option<String> {
+/// `line` without its indentation and the leading words in `skip` (qualifiers: `pub`,
+/// `async`, `export`), in any order.
+pub fn without_qualifiers<'a>(line: &'a str, skip: &[&str]) -> &'a str {
     let mut rest = line.trim_start();
     loop {
         let before = rest;
@@ -101,9 +102,14 @@ fn after(line: &str, skip: &[&str], keywords: &[&str]) -> Option<String> {
             }
         }
         if rest == before {
-            break;
+            return rest;
         }
     }
+}
+
+/// `line` without the leading words in `skip` (qualifiers), then after `keyword`, the name.
+fn after(line: &str, skip: &[&str], keywords: &[&str]) -> Option<String> {
+    let rest = without_qualifiers(line, skip);
     for k in keywords {
         if let Some(r) = rest.strip_prefix(k)
             && r.starts_with(char::is_whitespace)

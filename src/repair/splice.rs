@@ -213,7 +213,6 @@ fn reindent(lines: &[&str], from: &str, to: &str) -> Vec<String> {
 /// The name a definition line defines: `def name(`, `async def name(`, `class Name`,
 /// `pub fn name(`, `fn name<`, `func name(`, `func (r *T) name(`, `export function name(`.
 fn defines(line: &str) -> Option<String> {
-    let mut rest = line.trim_start();
     const QUALIFIERS: [&str; 10] = [
         "pub(crate)",
         "pub(super)",
@@ -226,19 +225,7 @@ fn defines(line: &str) -> Option<String> {
         "static",
         "extern",
     ];
-    loop {
-        let before = rest;
-        for q in QUALIFIERS {
-            if let Some(r) = rest.strip_prefix(q)
-                && (r.starts_with(char::is_whitespace) || q.ends_with(')'))
-            {
-                rest = r.trim_start();
-            }
-        }
-        if rest == before {
-            break;
-        }
-    }
+    let rest = crate::project::defs::without_qualifiers(line, &QUALIFIERS);
     for k in ["def", "class", "fn", "func", "function"] {
         let Some(mut r) = rest.strip_prefix(k) else {
             continue;
