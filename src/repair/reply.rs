@@ -14,18 +14,10 @@ pub struct FileWrite {
     pub content: String,
 }
 
-/// The files of a reply, or why there are none. `shown` are the source files the prompt
-/// offered for rewriting (a block with no name is the only one of them, if there is one).
-pub fn files_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, String> {
-    let mut files = Vec::new();
-    for w in writes_from_turn(turn, shown)? {
-        push(&mut files, w);
-    }
-    Ok(files)
-}
-
-/// [`files_from_turn`]'s writes in the reply's order, a file as often as the reply gives it (a
-/// function at a time, for [`super::splice`]).
+/// The files of a reply, or why there are none, in the reply's order: a file as often as the
+/// reply gives it (a function at a time; [`super::splice::apply`] writes them over one
+/// another). `shown` are the source files the prompt offered for rewriting (a block with no
+/// name is the only one of them, if there is one).
 pub fn writes_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, String> {
     let mut files = Vec::new();
     let mut problems = Vec::new();
@@ -57,12 +49,6 @@ pub fn writes_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>,
         return Err(why);
     }
     Ok(files)
-}
-
-/// A later write of the same path replaces an earlier one.
-fn push(files: &mut Vec<FileWrite>, file: FileWrite) {
-    files.retain(|f| f.path != file.path);
-    files.push(file);
 }
 
 /// The path as the project sees it: `./a.py` and `/workspace/a.py` are `a.py`.
@@ -179,6 +165,12 @@ fn fenced_blocks(text: &str, shown: &[String]) -> Vec<FileWrite> {
 mod tests {
     use super::*;
     use crate::model::{Block, StopReason, ToolCall, Usage};
+
+    /// The files as repair takes them: the writes, a later one of a path over an earlier one
+    /// (no file to splice into here).
+    fn files_from_turn(turn: &Turn, shown: &[String]) -> Result<Vec<FileWrite>, String> {
+        Ok(crate::repair::splice::apply(writes_from_turn(turn, shown)?, &|_| None).0)
+    }
 
     fn text_turn(text: &str) -> Turn {
         Turn {
